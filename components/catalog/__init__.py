@@ -1,0 +1,183 @@
+"""GPU and EC2 instance catalog: typed, read-only views over gpus.json and instances.json.
+
+The facts live in the JSON files (checked against EC2's own data in tests/test_catalog.py);
+this module only loads them once and offers lookups that suggest close names on a typo.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from types import MappingProxyType
+from typing import Any, Mapping
+
+__all__ = [
+    "GPUS",
+    "INSTANCE_TYPES",
+    "Gpu",
+    "InstanceType",
+    "MigProfile",
+    "UnknownGpu",
+    "UnknownInstanceType",
+    "gpu",
+    "instance_type",
+]
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One MIG GPU-instance profile, e.g. 3g.40gb: 3 of 7 compute slices, 4 of 8 memory slices."""
+
+    name: str
+    compute_slices: int
+    memory_slices: int
+    memory_gb: int
+    max_count: int
+
+    @property
+    def resource(self) -> str:
+        """Extended resource the NVIDIA device plugin advertises under the "mixed" MIG strategy."""
+        return f"nvidia.com/mig-{self.name}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU model; memory_mib is what EC2 reports, so it matches the instance data exactly."""
+
+    name: str
+    architecture: str
+    compute_capability: str
+    memory_mib: int
+    memory_bandwidth_gbs: float
+    bf16_dense_tflops: float | None
+    fp8: bool
+    mig_compute_slices: int
+    mig_memory_slices: int
+    mig_profiles: tuple[MigProfile, ...]
+
+    @property
+    def mig_capable(self) -> bool:
+        return bool(self.mig_profiles)
+
+    def mig_profile(self, name: str) -> MigProfile | None:
+        return next((p for p in self.mig_profiles if p.name == name), None)
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """An EC2 GPU instance type; nvme_size_gb is per disk (0 with nvme_count 0 when there is no instance store)."""
+
+    name: str
+    family: str
+    gpu: Gpu
+    gpu_count: int
+    vcpus: int
+    memory_mib: int
+    nvme_count: int
+    nvme_size_gb: int
+    efa_supported: bool
+    max_efa_interfaces: int
+    network_cards: int
+    usage_classes: tuple[str, ...]
+    on_demand_usd_per_hour: float | None
+
+    @property
+    def has_instance_store(self) -> bool:
+        return self.nvme_count > 0
+
+    @property
+    def nvme_total_gb(self) -> int:
+        return self.nvme_count * self.nvme_size_gb
+
+
+class _UnknownName(KeyError):
+    """KeyError whose str() is the plain message (KeyError would quote it)."""
+
+    def __init__(self, kind: str, name: str, known: Mapping[str, Any]) -> None:
+        close = difflib.get_close_matches(name, list(known), n=3)
+        if close:
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}?"
+        else:
+            hint = f"known: {', '.join(sorted(known))}."
+        self.message = f"unknown {kind} {name!r}; {hint}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UnknownInstanceType(_UnknownName):
+    pass
+
+
+class UnknownGpu(_UnknownName):
+    pass
+
+
+def _read(filename: str) -> dict[str, Any]:
+    return json.loads(files(__name__).joinpath(filename).read_text(encoding="utf-8"))
+
+
+def _gpu(name: str, raw: Mapping[str, Any]) -> Gpu:
+    mig = raw["mig"] or {"compute_slices": 0, "memory_slices": 0, "profiles": []}
+    return Gpu(
+        name=name,
+        architecture=raw["architecture"],
+        compute_capability=raw["compute_capability"],
+        memory_mib=raw["memory_mib"],
+        memory_bandwidth_gbs=float(raw["memory_bandwidth_gbs"]),
+        bf16_dense_tflops=None if raw["bf16_dense_tflops"] is None else float(raw["bf16_dense_tflops"]),
+        fp8=raw["fp8"],
+        mig_compute_slices=mig["compute_slices"],
+        mig_memory_slices=mig["memory_slices"],
+        mig_profiles=tuple(MigProfile(**p) for p in mig["profiles"]),
+    )
+
+
+def _instance_type(name: str, raw: Mapping[str, Any], gpus: Mapping[str, Gpu]) -> InstanceType:
+    nvme = raw["nvme"] or {"count": 0, "size_gb": 0}
+    return InstanceType(
+        name=name,
+        family=name.split(".", 1)[0],
+        gpu=gpus[raw["gpu"]],
+        gpu_count=raw["gpu_count"],
+        vcpus=raw["vcpus"],
+        memory_mib=raw["memory_mib"],
+        nvme_count=nvme["count"],
+        nvme_size_gb=nvme["size_gb"],
+        efa_supported=raw["efa_supported"],
+        max_efa_interfaces=raw["max_efa_interfaces"],
+        network_cards=raw["network_cards"],
+        usage_classes=tuple(raw["usage_classes"]),
+        on_demand_usd_per_hour=raw["on_demand_usd_per_hour"],
+    )
+
+
+GPUS: Mapping[str, Gpu] = MappingProxyType(
+    {name: _gpu(name, raw) for name, raw in _read("gpus.json")["gpus"].items()}
+)
+INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
+    {name: _instance_type(name, raw, GPUS) for name, raw in _read("instances.json")["instance_types"].items()}
+)
+
+
+def instance_type(name: str) -> InstanceType:
+    """Look up an instance type; an unknown name raises UnknownInstanceType with close matches."""
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        raise UnknownInstanceType("instance type", name, INSTANCE_TYPES) from None
+
+
+def gpu(name: str) -> Gpu:
+    """Look up a GPU by catalog key (e.g. "A100-80GB"); an unknown name raises UnknownGpu with close matches."""
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise UnknownGpu("GPU", name, GPUS) from None

@@ -1,0 +1,26 @@
+"""Names that several layers must agree on: node labels, the model cache path, service accounts.
+
+One definition here, so the AWS layer that sets a label and the serving layer that selects on it
+cannot drift apart.
+"""
+
+LABEL_PREFIX = "inferstack.dev"
+POOL_LABEL = f"{LABEL_PREFIX}/pool"                  # node label: the pool name
+CAPACITY_LABEL = f"{LABEL_PREFIX}/capacity"           # node label: on-demand | spot | reserved
+GPU_LABEL = f"{LABEL_PREFIX}/gpu"                     # node label: catalog GPU name, e.g. H100
+SHARING_LABEL = f"{LABEL_PREFIX}/gpu-sharing"         # node label: none | mig | time_slicing | mps
+EKS_CAPACITY_LABEL = "eks.amazonaws.com/capacityType"  # set by EKS: ON_DEMAND | SPOT | CAPACITY_BLOCK
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"             # selects the mig-parted config for a node
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # selects the device-plugin sharing config
+
+GPU_TAINT_KEY = "nvidia.com/gpu"                       # every GPU pool: nvidia.com/gpu=true:NoSchedule
+
+# The NVMe instance store: nodeadm's RAID0/RAID10 array is mounted at /mnt/k8s-disks/0; the model
+# cache is a folder on it that pods mount as a hostPath, so weights survive pod restarts on the node.
+NVME_MOUNT = "/mnt/k8s-disks/0"
+MODEL_CACHE_HOST_PATH = f"{NVME_MOUNT}/model-cache"
+MODEL_CACHE_MOUNT = "/models"                          # where pods see the cache
+
+# Serving pods read weights from S3 with this service account (EKS Pod Identity association).
+MODEL_READER_SERVICE_ACCOUNT = "model-reader"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "inferstack"}

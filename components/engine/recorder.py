@@ -1,0 +1,130 @@
+"""The embedded engine: run the Pulumi program in-process under Pulumi's mock runtime and record
+every registration exactly as a real engine would receive it (type, name, parent, inputs, deps).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockMonitor, Mocks, set_mocks
+from pulumi.runtime.settings import ROOT
+from pulumi.runtime.stack import run_in_stack
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT = "inferstack"
+SECRET_SIG = rpc._special_secret_sig  # the wire marker of a secret value
+SIG_KEY = rpc._special_sig_key
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    custom: bool
+    parent: str | None
+    inputs: dict[str, Any]
+    depends_on: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "name": self.name,
+            "custom": self.custom,
+            "parent": self.parent,
+            "inputs": self.inputs,
+            "depends_on": self.depends_on,
+        }
+
+
+@dataclass
+class Recording:
+    """What one run of the program registered, in registration order, plus the stack's outputs."""
+
+    stack: str
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, type_token: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def named(self, name: str) -> Registration:
+        return next(r for r in self.resources if r.name == name)
+
+
+def plain(value: Any) -> Any:
+    """Wire values -> JSON: secrets keep their value but are marked, so renders show them as secret."""
+    if isinstance(value, dict):
+        if value.get(SIG_KEY) == SECRET_SIG:
+            return {"secret": plain(value.get("value"))}
+        return {k: plain(v) for k, v in value.items() if k != SIG_KEY}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class RecordingMonitor(MockMonitor):
+    """A MockMonitor that keeps what each RegisterResource request carried."""
+
+    def __init__(self, mocks: Mocks, recording: Recording) -> None:
+        super().__init__(mocks)
+        self.recording = recording
+        self._names: dict[str, str] = {}
+        self._stack_urn = ""
+        self._lock = threading.Lock()
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            self._stack_urn = response.urn
+            return response
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True, keep_internal=False)
+        with self._lock:
+            self._names[response.urn] = request.name
+            self.recording.resources.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    custom=bool(request.custom),
+                    parent=self._names.get(request.parent),
+                    inputs=plain(_with_secrets(request.object, inputs)),
+                    depends_on=sorted({self._names[urn] for urn in request.dependencies if urn in self._names}),
+                )
+            )
+        return response
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802
+        if request.urn == self._stack_urn:
+            self.recording.outputs = plain(rpc.deserialize_properties(request.outputs, keep_internal=False))
+        return super().RegisterResourceOutputs(request)
+
+
+def _with_secrets(struct, inputs: dict[str, Any]) -> dict[str, Any]:
+    """deserialize_properties drops the secret marker on nested values; put it back from the wire struct."""
+    marked = rpc.deserialize_properties(struct, keep_unknowns=True, keep_internal=True)
+    return _merge_secret_marks(marked, inputs)
+
+
+def _merge_secret_marks(marked: Any, value: Any) -> Any:
+    if isinstance(marked, dict) and marked.get(SIG_KEY) == SECRET_SIG:
+        return {SIG_KEY: SECRET_SIG, "value": value}
+    if isinstance(marked, dict) and isinstance(value, dict):
+        return {k: _merge_secret_marks(marked.get(k), v) for k, v in value.items()}
+    if isinstance(marked, list) and isinstance(value, list):
+        return [_merge_secret_marks(m, v) for m, v in zip(marked, value)]
+    return value
+
+
+def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:
+    """Run `program` as the Pulumi language host would (inside a Stack), against the mock engine."""
+    recording = Recording(stack=stack)
+    monitor = RecordingMonitor(mocks, recording)
+    ROOT.set(None)
+    set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    ROOT.set(None)  # set_mocks made a root Stack; run_in_stack makes the real one, as `pulumi up` does
+    _sync_await(run_in_stack(program))
+    return recording

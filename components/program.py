@@ -1,0 +1,31 @@
+"""The Pulumi program itself: spec in, every layer out. `pulumi up` and `inferstack plan` both run it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+
+from inferstack.spec import SpecError, StackSpec
+from inferstack.stacks import StackNotFound, load_stack
+
+
+def deploy(spec: StackSpec) -> None:
+    """Create every layer of the platform for one stack spec and export its outputs."""
+    from inferstack.aws.foundation import AwsFoundation, AwsFoundationArgs
+
+    aws = AwsFoundation(spec.environment, AwsFoundationArgs(spec=spec))
+    pulumi.export("cluster_name", aws.cluster_name)
+    pulumi.export("cluster_endpoint", aws.cluster_endpoint)
+    pulumi.export("kubeconfig", aws.kubeconfig)
+    pulumi.export("node_pools", aws.node_pool_names)
+    pulumi.export("weights_bucket", aws.weights_bucket)
+
+
+def deploy_or_fail(stacks_dir: Path, stack_name: str) -> None:
+    """Load the stack's spec and deploy it; a bad spec stops the update with its one-line message."""
+    try:
+        spec = load_stack(stacks_dir, stack_name)
+    except (SpecError, StackNotFound) as error:
+        raise pulumi.RunError(str(error)) from None
+    deploy(spec)

@@ -1,0 +1,453 @@
+"""Cross-field rules of the stack spec: each failure names the field path, the value and the fix.
+
+They run inside `StackSpec` validation, so an invalid spec never reaches the Pulumi program.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
+from inferstack.catalog.models import known_model_ids, model_facts
+from inferstack.spec.errors import SpecError, did_you_mean, quoted
+from inferstack.spec.models import (
+    CreateCluster,
+    MigSharing,
+    MpsSharing,
+    StackSpec,
+    TimeSlicing,
+)
+from inferstack.spec.pools import PoolHardware
+
+# Node labels the platform derives from gpu_sharing; a user label would fight the GPU operator.
+RESERVED_LABELS = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
+
+
+def check_stack(spec: StackSpec) -> None:
+    _unique_names(spec)
+    pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
+    _check_cluster(spec)
+    for i, model in enumerate(spec.models):
+        _check_model(spec, i, pools)
+    _check_workers(spec)
+    _check_queues(spec, pools)
+
+
+def _unique_names(spec: StackSpec) -> None:
+    groups = {
+        "node_pools": [p.name for p in spec.node_pools],
+        "models": [m.name for m in spec.models],
+        "workers": [w.name for w in spec.workers],
+        "batch_jobs": [j.name for j in spec.batch_jobs],
+        "queues.cluster_queues": [q.name for q in spec.queues.cluster_queues],
+        "queues.priorities": [p.name for p in spec.queues.priorities],
+    }
+    for field, names in groups.items():
+        for name, count in Counter(names).items():
+            if count > 1:
+                index = [i for i, n in enumerate(names) if n == name][1]
+                raise SpecError(f"{field}[{index}].name", f"{name!r} is used {count} times", "give each entry its own name")
+
+
+def _min_max(path: str, low_name: str, low: int, high_name: str, high: int) -> None:
+    if low > high:
+        raise SpecError(
+            f"{path}.{low_name}",
+            f"{low_name} {low} can't be greater than {high_name} {high}",
+            f"lower {low_name} or raise {high_name}",
+        )
+
+
+# ----------------------------------------------------------------------------------------------- pools
+
+
+def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
+    pool = spec.node_pools[index]
+    path = f"node_pools[{index}]"
+    for j, name in enumerate(pool.instance_types):
+        try:
+            instance_type(name)
+        except UnknownInstanceType:
+            raise SpecError(
+                f"{path}.instance_types[{j}]",
+                f"{name!r} is not a GPU instance type inferstack knows{did_you_mean(name, INSTANCE_TYPES)}",
+                "use one of the catalog's types (g5, g6, g6e, p4d, p4de, p5, p5e, p5en, p6-b200 sizes)",
+            ) from None
+    hardware = PoolHardware(pool)
+    first = hardware.primary
+    for j, other in enumerate(hardware.instance_types[1:], start=1):
+        if (other.gpu.name, other.gpu_count) != (first.gpu.name, first.gpu_count):
+            raise SpecError(
+                f"{path}.instance_types[{j}]",
+                f"{other.name} has {other.gpu_count}x {other.gpu.name} but {first.name} has "
+                f"{first.gpu_count}x {first.gpu.name}; a pool's types must be interchangeable",
+                "put instance types with a different GPU model or count in their own pool",
+            )
+    _min_max(path, "min_nodes", pool.min_nodes, "max_nodes", pool.max_nodes)
+    _min_max(path, "capacity.on_demand_base", pool.capacity.on_demand_base, "max_nodes", pool.max_nodes)
+    if pool.capacity.reservation is not None:
+        if pool.capacity.on_demand_base == 0:
+            raise SpecError(
+                f"{path}.capacity.on_demand_base",
+                "a reservation backs on-demand nodes but on_demand_base is 0",
+                "set on_demand_base to the number of reserved instances",
+            )
+        if pool.capacity.reservation.kind == "capacity_block":
+            for t in hardware.instance_types:
+                if "capacity-block" not in t.usage_classes:
+                    raise SpecError(
+                        f"{path}.capacity.reservation.kind",
+                        f"{t.name} is not sold as an EC2 Capacity Block",
+                        "use a p-family type (p4d, p4de, p5, p5e, p5en, p6-b200) or kind 'odcr'",
+                    )
+    _check_efa(path, hardware)
+    _check_nvme(path, hardware)
+    _check_sharing(path, hardware)
+    for key in pool.labels:
+        if key in RESERVED_LABELS or key.startswith("inferstack.dev/"):
+            raise SpecError(
+                f"{path}.labels",
+                f"label {key!r} is set by inferstack from gpu_sharing and the pool name",
+                "remove it and describe the sharing in gpu_sharing",
+            )
+    if isinstance(spec.cluster, CreateCluster) and spec.cluster.network.availability_zones:
+        zones = spec.cluster.network.availability_zones
+        for j, zone in enumerate(pool.availability_zones):
+            if zone not in zones:
+                raise SpecError(
+                    f"{path}.availability_zones[{j}]",
+                    f"{zone!r} is not one of the cluster's zones {quoted(zones)}",
+                    "pick zones from cluster.network.availability_zones",
+                )
+    for j, zone in enumerate(pool.availability_zones):
+        if not zone.startswith(spec.region):
+            raise SpecError(
+                f"{path}.availability_zones[{j}]",
+                f"{zone!r} is not in region {spec.region}",
+                f"use zones such as {spec.region}a",
+            )
+    return hardware
+
+
+def _check_efa(path: str, hardware: PoolHardware) -> None:
+    if not hardware.spec.efa.enabled:
+        return
+    for j, t in enumerate(hardware.instance_types):
+        if not t.efa_supported:
+            efa_types = sorted(n for n, it in INSTANCE_TYPES.items() if it.efa_supported and it.gpu == t.gpu)
+            raise SpecError(
+                f"{path}.instance_types[{j}]",
+                f"{t.name} does not support EFA",
+                f"turn efa off for this pool or use an EFA type with the same GPU, e.g. {quoted(efa_types[:3])}",
+            )
+    cards = {t.name: t.network_cards for t in hardware.instance_types}
+    if len(set(cards.values())) > 1:
+        listing = ", ".join(f"{n} has {c}" for n, c in cards.items())
+        raise SpecError(
+            f"{path}.instance_types",
+            f"EFA pools need one network card count for the launch template's interfaces, but {listing}",
+            "split these instance types into separate pools",
+        )
+    efa = hardware.spec.efa
+    if efa.placement_group is not None and efa.create_placement_group:
+        raise SpecError(
+            f"{path}.efa.placement_group",
+            f"an existing placement group {efa.placement_group!r} is named and create_placement_group is true",
+            "set create_placement_group to false to use the existing group, or drop placement_group",
+        )
+
+
+def _check_nvme(path: str, hardware: PoolHardware) -> None:
+    cache = hardware.spec.nvme_cache
+    if not cache.enabled:
+        return
+    if hardware.spec.ami_type != "AL2023_x86_64_NVIDIA":
+        raise SpecError(
+            f"{path}.nvme_cache",
+            f"the NVMe cache is assembled by AL2023's nodeadm; {hardware.spec.ami_type} is not supported",
+            "use ami_type AL2023_x86_64_NVIDIA or set nvme_cache to false",
+        )
+    for j, t in enumerate(hardware.instance_types):
+        if not t.has_instance_store:
+            raise SpecError(
+                f"{path}.instance_types[{j}]",
+                f"{t.name} has no NVMe instance store for the model cache",
+                "set nvme_cache to false for this pool or pick a type with instance store",
+            )
+        if cache.raid == "RAID10" and t.nvme_count < 4:
+            raise SpecError(
+                f"{path}.nvme_cache.raid",
+                f"RAID10 needs at least 4 NVMe disks but {t.name} has {t.nvme_count}",
+                "use RAID0",
+            )
+
+
+def _check_sharing(path: str, hardware: PoolHardware) -> None:
+    sharing = hardware.spec.gpu_sharing
+    gpu = hardware.gpu
+    if isinstance(sharing, MigSharing):
+        if not gpu.mig_capable:
+            raise SpecError(
+                f"{path}.gpu_sharing.mode",
+                f"{gpu.name} ({hardware.primary.name}) does not support MIG",
+                "use time_slicing or mps on this GPU, or an A100/H100/H200/B200 instance type for MIG",
+            )
+        compute = memory = 0
+        for profile_name, count in sharing.layout.items():
+            profile = gpu.mig_profile(profile_name)
+            if profile is None:
+                raise SpecError(
+                    f"{path}.gpu_sharing.layout.{profile_name}",
+                    f"{profile_name!r} is not a MIG profile of {gpu.name}"
+                    f"{did_you_mean(profile_name, [p.name for p in gpu.mig_profiles])}",
+                    f"use profiles of {gpu.name}: {quoted(p.name for p in gpu.mig_profiles)}",
+                )
+            if count > profile.max_count:
+                raise SpecError(
+                    f"{path}.gpu_sharing.layout.{profile_name}",
+                    f"{count} x {profile_name} but a {gpu.name} holds at most {profile.max_count}",
+                    f"use at most {profile.max_count}",
+                )
+            compute += profile.compute_slices * count
+            memory += profile.memory_slices * count
+        if compute > gpu.mig_compute_slices or memory > gpu.mig_memory_slices:
+            raise SpecError(
+                f"{path}.gpu_sharing.layout",
+                f"the layout needs {compute} compute and {memory} memory slices but a {gpu.name} has "
+                f"{gpu.mig_compute_slices} and {gpu.mig_memory_slices}",
+                "drop or shrink slices until they fit one GPU",
+            )
+        if sharing.strategy == "single" and len(sharing.layout) > 1:
+            raise SpecError(
+                f"{path}.gpu_sharing.strategy",
+                f"strategy 'single' advertises every slice as nvidia.com/gpu, so the layout must use one profile, "
+                f"not {quoted(sharing.layout)}",
+                "use strategy 'mixed' or a single profile",
+            )
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def _check_cluster(spec: StackSpec) -> None:
+    cluster = spec.cluster
+    if not isinstance(cluster, CreateCluster):
+        return
+    _min_max("cluster.system_nodes", "min_nodes", cluster.system_nodes.min_nodes, "max_nodes", cluster.system_nodes.max_nodes)
+    for j, zone in enumerate(cluster.network.availability_zones):
+        if not zone.startswith(spec.region):
+            raise SpecError(
+                f"cluster.network.availability_zones[{j}]",
+                f"{zone!r} is not in region {spec.region}",
+                f"use zones such as {spec.region}a",
+            )
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def _check_model(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) -> None:
+    model = spec.models[index]
+    path = f"models[{index}]"
+    if model.pool not in pools:
+        raise SpecError(
+            f"{path}.pool",
+            f"{model.pool!r} is not a node pool{did_you_mean(model.pool, pools)}; defined pools: {quoted(pools)}",
+            "set pool to one of them or add a node pool with that name",
+        )
+    hardware = pools[model.pool]
+    if model.architecture is None and model_facts(model.model) is None:
+        raise SpecError(
+            f"{path}.model",
+            f"{model.model!r} is not in the model catalog{did_you_mean(model.model, known_model_ids())}",
+            "add `architecture` (params_billion, layers, hidden_size, attention_heads, kv_heads, head_dim, "
+            "max_context) to the service, or use a catalog model",
+        )
+    max_context = model.resolved_architecture.max_context
+    if model.max_model_len > max_context:
+        raise SpecError(
+            f"{path}.max_model_len",
+            f"{model.max_model_len} is longer than {model.model}'s context of {max_context} tokens",
+            f"set max_model_len to {max_context} or less",
+        )
+    _check_placement(spec, path, model, hardware)
+    scaling = model.autoscaling
+    _min_max(f"{path}.autoscaling", "min_replicas", scaling.min_replicas, "max_replicas", scaling.max_replicas)
+    if scaling.min_replicas == 0 and not scaling.scale_to_zero:
+        raise SpecError(
+            f"{path}.autoscaling.min_replicas",
+            "min_replicas is 0 but scale_to_zero is false",
+            "set min_replicas to 1 or more, or set scale_to_zero to true",
+        )
+    if scaling.scale_to_zero and scaling.min_replicas > 0:
+        raise SpecError(
+            f"{path}.autoscaling.scale_to_zero",
+            f"scale_to_zero is true but min_replicas is {scaling.min_replicas}",
+            "set min_replicas to 0, or scale_to_zero to false",
+        )
+    if scaling.max_replicas > scaling.min_replicas and not spec.platform.keda:
+        raise SpecError(
+            f"{path}.autoscaling",
+            "autoscaling needs KEDA but platform.keda is false",
+            "set platform.keda to true or min_replicas equal to max_replicas",
+        )
+    if scaling.metric == "epp_queue" and not spec.gateway.enabled:
+        raise SpecError(
+            f"{path}.autoscaling.metric",
+            "'epp_queue' reads the endpoint picker's queue but the gateway is disabled",
+            "use metric 'queue_depth' or enable the gateway",
+        )
+    if model.tier not in {p.name for p in spec.queues.priorities} and spec.queues.enabled:
+        raise SpecError(
+            f"{path}.tier",
+            f"tier {model.tier!r} has no WorkloadPriorityClass of that name in queues.priorities",
+            f"add a priority named {model.tier!r} to queues.priorities",
+        )
+
+
+def _check_placement(spec: StackSpec, path: str, model, hardware: PoolHardware) -> None:
+    sharing = hardware.spec.gpu_sharing
+    pool_name = hardware.spec.name
+    if model.mig_profile is not None:
+        if not isinstance(sharing, MigSharing):
+            raise SpecError(
+                f"{path}.mig_profile",
+                f"pool {pool_name!r} is not partitioned with MIG (gpu_sharing is {sharing.mode!r})",
+                "drop mig_profile, or place the model on a pool with gpu_sharing mode 'mig'",
+            )
+        if hardware.gpu.mig_profile(model.mig_profile) is None:
+            raise SpecError(
+                f"{path}.mig_profile",
+                f"{model.mig_profile!r} is not a MIG profile of {hardware.gpu.name}"
+                f"{did_you_mean(model.mig_profile, [p.name for p in hardware.gpu.mig_profiles])}",
+                f"use one of {quoted(sharing.layout)} (the pool's layout)",
+            )
+        if model.mig_profile not in sharing.layout:
+            raise SpecError(
+                f"{path}.mig_profile",
+                f"pool {pool_name!r} has no {model.mig_profile} slices; its layout is {quoted(sharing.layout)}",
+                f"use one of {quoted(sharing.layout)} or add {model.mig_profile} to the pool's layout",
+            )
+        if model.gpus_per_replica > 1:
+            raise SpecError(
+                f"{path}.tensor_parallel",
+                "a MIG slice cannot be combined with tensor or pipeline parallelism",
+                "set tensor_parallel and pipeline_parallel to 1, or use whole GPUs",
+            )
+        return
+    if isinstance(sharing, MigSharing) and sharing.strategy == "mixed":
+        raise SpecError(
+            f"{path}.mig_profile",
+            f"pool {pool_name!r} only offers MIG slices {quoted(sharing.layout)}",
+            "set mig_profile to one of them",
+        )
+    if isinstance(sharing, (TimeSlicing, MpsSharing)) and model.gpus_per_replica > 1:
+        raise SpecError(
+            f"{path}.tensor_parallel",
+            f"pool {pool_name!r} shares GPUs ({sharing.mode}); a shared GPU cannot be tensor/pipeline parallel",
+            "use a pool without gpu_sharing for parallel models",
+        )
+    per_node = hardware.gpus_per_node
+    if model.tensor_parallel > per_node:
+        raise SpecError(
+            f"{path}.tensor_parallel",
+            f"tensor_parallel {model.tensor_parallel} exceeds the {per_node} GPUs of a {hardware.primary.name} node",
+            f"use tensor_parallel <= {per_node} and pipeline_parallel for more GPUs, or a larger instance type",
+        )
+    if per_node % model.tensor_parallel:
+        raise SpecError(
+            f"{path}.tensor_parallel",
+            f"tensor_parallel {model.tensor_parallel} does not divide the {per_node} GPUs of a node",
+            f"use a divisor of {per_node}",
+        )
+    if model.pipeline_parallel > 1:
+        if model.pipeline_parallel > hardware.spec.max_nodes:
+            raise SpecError(
+                f"{path}.pipeline_parallel",
+                f"pipeline_parallel {model.pipeline_parallel} needs that many nodes but pool {pool_name!r} "
+                f"has max_nodes {hardware.spec.max_nodes}",
+                f"raise the pool's max_nodes to {model.pipeline_parallel} or lower pipeline_parallel",
+            )
+        if not spec.platform.leaderworkerset:
+            raise SpecError(
+                f"{path}.pipeline_parallel",
+                "multi-node models run as LeaderWorkerSets but platform.leaderworkerset is false",
+                "set platform.leaderworkerset to true",
+            )
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def _check_workers(spec: StackSpec) -> None:
+    services = [m.name for m in spec.models]
+    for i, worker in enumerate(spec.workers):
+        path = f"workers[{i}]"
+        _require_service(f"{path}.model_service", worker.model_service, services)
+        _min_max(path, "min_replicas", worker.min_replicas, "max_replicas", worker.max_replicas)
+        if not spec.platform.keda:
+            raise SpecError(path, "queue-fed workers scale with KEDA but platform.keda is false", "set platform.keda to true")
+    pools = [p.name for p in spec.node_pools]
+    for i, job in enumerate(spec.batch_jobs):
+        path = f"batch_jobs[{i}]"
+        _require_service(f"{path}.model_service", job.model_service, services)
+        if job.pool not in pools:
+            raise SpecError(
+                f"{path}.pool",
+                f"{job.pool!r} is not a node pool{did_you_mean(job.pool, pools)}; defined pools: {quoted(pools)}",
+                "set pool to one of them",
+            )
+
+
+def _require_service(path: str, name: str, services: Iterable[str]) -> None:
+    services = list(services)
+    if name not in services:
+        raise SpecError(
+            path,
+            f"{name!r} is not a model service{did_you_mean(name, services)}; defined: {quoted(services)}",
+            "name one of the stack's models",
+        )
+
+
+# ----------------------------------------------------------------------------------------------- queues
+
+
+def _check_queues(spec: StackSpec, pools: dict[str, PoolHardware]) -> None:
+    if not spec.queues.enabled:
+        return
+    for i, queue in enumerate(spec.queues.cluster_queues):
+        path = f"queues.cluster_queues[{i}]"
+        for j, name in enumerate(queue.pools or []):
+            if name not in pools:
+                raise SpecError(
+                    f"{path}.pools[{j}]",
+                    f"{name!r} is not a node pool{did_you_mean(name, pools)}",
+                    f"use one of {quoted(pools)}",
+                )
+        for name, quota in queue.quota_gpus.items():
+            if name not in pools:
+                raise SpecError(
+                    f"{path}.quota_gpus.{name}",
+                    f"{name!r} is not a node pool{did_you_mean(name, pools)}",
+                    f"use one of {quoted(pools)}",
+                )
+            capacity = sum(pools[name].max_resources.values())
+            if quota > capacity:
+                hardware = pools[name]
+                raise SpecError(
+                    f"{path}.quota_gpus.{name}",
+                    f"quota {quota} is more than pool {name!r} can ever hold: {hardware.spec.max_nodes} nodes x "
+                    f"{capacity // hardware.spec.max_nodes} devices = {capacity}",
+                    f"lower the quota to {capacity} or raise the pool's max_nodes",
+                )
+    roles_needed = {"serving"} if spec.models else set()
+    if spec.workers or spec.batch_jobs:
+        roles_needed.add("batch")
+    roles = {q.role for q in spec.queues.cluster_queues}
+    for role in sorted(roles_needed - roles):
+        raise SpecError(
+            "queues.cluster_queues",
+            f"no cluster queue has role {role!r} but the stack has {role} workloads",
+            f"add a cluster queue with role {role!r} (or set queues.enabled to false)",
+        )

@@ -1,0 +1,556 @@
+"""The stack spec: every knob of the platform, typed, described and defaulted in one place.
+
+Field descriptions end with their default so `inferstack schema` documents the spec completely.
+Cross-field rules (a model names a pool that exists, a MIG profile exists on that GPU, ...) live in
+`inferstack.spec.checks` and run once the whole spec is parsed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from inferstack.catalog.models import model_facts
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, min_length=1, max_length=40)]
+S3Uri = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")]
+PinnedImage = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$"),
+]
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+
+
+class Model(BaseModel):
+    """Strict, immutable base: unknown fields are errors, specs never change after validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------- cluster
+
+
+class NetworkSpec(Model):
+    """The VPC the platform creates, or existing subnets to place it in."""
+
+    vpc_cidr: str = Field(
+        "10.0.0.0/16",
+        pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-4])$",
+        description="CIDR of the VPC to create (/16 to /24). Defaults to 10.0.0.0/16.",
+    )
+    availability_zones: list[Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")]] = Field(
+        default_factory=list,
+        description="Zones for private subnets, e.g. ['us-east-1a', 'us-east-1b']. "
+        "Defaults to the first three zones of the region (a, b, c).",
+    )
+    existing_subnet_ids: list[Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = Field(
+        default_factory=list,
+        description="Private subnet ids to use instead of creating a VPC. Defaults to none: a VPC is created.",
+    )
+
+
+class SystemNodesSpec(Model):
+    """CPU nodes for operators and controllers, so GPU nodes only run GPU work."""
+
+    instance_type: str = Field("m7i.xlarge", description="Instance type of the system node group. Defaults to m7i.xlarge.")
+    min_nodes: int = Field(2, ge=1, description="Minimum system nodes. Defaults to 2.")
+    max_nodes: int = Field(4, ge=1, description="Maximum system nodes. Defaults to 4.")
+
+
+class CreateCluster(Model):
+    """An EKS cluster the stack creates and owns."""
+
+    mode: Literal["create"] = Field("create", description="Create a new EKS cluster. Defaults to create.")
+    name: Name | None = Field(None, description="Cluster name. Defaults to '<environment>-inference'.")
+    kubernetes_version: str = Field(
+        "1.36", pattern=r"^1\.\d{2}$", description="EKS Kubernetes version. Defaults to 1.36."
+    )
+    endpoint_public_access: bool = Field(
+        True, description="Expose the API endpoint publicly (restricted by public_access_cidrs). Defaults to true."
+    )
+    public_access_cidrs: list[str] = Field(
+        default_factory=lambda: ["0.0.0.0/0"],
+        description="CIDRs allowed to reach the public endpoint. Defaults to ['0.0.0.0/0'].",
+    )
+    admin_role_arns: list[Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")]] = Field(
+        default_factory=list,
+        description="IAM roles granted cluster-admin through EKS access entries. Defaults to none (only the creator).",
+    )
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="The VPC. Defaults to a new /16 VPC in three zones.")
+    system_nodes: SystemNodesSpec = Field(
+        default_factory=SystemNodesSpec, description="CPU node group for add-ons. Defaults to 2-4 m7i.xlarge."
+    )
+
+
+class ExistingCluster(Model):
+    """An EKS cluster that already exists: nothing of the cluster itself is created."""
+
+    mode: Literal["existing"] = Field(description="Use an existing EKS cluster.")
+    name: Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")] = Field(
+        description="Name of the existing EKS cluster. Required."
+    )
+    kubeconfig: str | None = Field(
+        None,
+        description="Kubeconfig to reach the cluster (kept as a Pulumi secret). "
+        "Defaults to one built from the cluster's endpoint that authenticates with `aws eks get-token`.",
+    )
+
+
+ClusterSpec = Annotated[Union[CreateCluster, ExistingCluster], Field(discriminator="mode")]
+
+
+# ------------------------------------------------------------------------------------------ node pools
+
+
+class NoSharing(Model):
+    """Each pod gets whole GPUs."""
+
+    mode: Literal["none"] = Field("none", description="Whole GPUs per pod.")
+
+
+class MigSharing(Model):
+    """Multi-Instance GPU: every GPU of the pool is split into the same layout of hardware slices."""
+
+    mode: Literal["mig"] = Field(description="Partition every GPU with MIG.")
+    strategy: Literal["single", "mixed"] = Field(
+        "mixed",
+        description="GPU operator MIG strategy: 'single' advertises slices as nvidia.com/gpu (one profile only), "
+        "'mixed' as nvidia.com/mig-<profile>. Defaults to mixed.",
+    )
+    layout: dict[str, Annotated[int, Field(ge=1, le=7)]] = Field(
+        description="Slices per GPU, profile -> count, e.g. {'3g.40gb': 2} or {'1g.10gb': 2, '2g.20gb': 1, '3g.40gb': 1}. "
+        "Required.",
+        min_length=1,
+    )
+
+
+class TimeSlicing(Model):
+    """Time-sliced sharing: pods take turns on a GPU; no memory isolation."""
+
+    mode: Literal["time_slicing"] = Field(description="Share GPUs by time-slicing.")
+    replicas: int = Field(4, ge=2, le=48, description="Pods per GPU. Defaults to 4.")
+
+
+class MpsSharing(Model):
+    """CUDA MPS: concurrent kernels with memory and compute split equally; full GPUs only."""
+
+    mode: Literal["mps"] = Field(description="Share GPUs with CUDA MPS.")
+    replicas: int = Field(2, ge=2, le=48, description="Pods per GPU. Defaults to 2.")
+
+
+GpuSharing = Annotated[Union[NoSharing, MigSharing, TimeSlicing, MpsSharing], Field(discriminator="mode")]
+
+
+class Taint(Model):
+    key: str = Field(description="Taint key. Required.")
+    value: str | None = Field(None, description="Taint value. Defaults to none.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        "NoSchedule", description="Taint effect. Defaults to NoSchedule."
+    )
+
+
+class Reservation(Model):
+    """Reserved capacity backing the pool's on-demand nodes."""
+
+    kind: Literal["odcr", "capacity_block"] = Field(
+        description="'odcr' (on-demand capacity reservation) or 'capacity_block' (EC2 Capacity Block for ML). Required."
+    )
+    id: Annotated[str, StringConstraints(pattern=r"^cr-[0-9a-f]{8,17}$")] = Field(description="Reservation id (cr-...). Required.")
+
+
+class CapacitySpec(Model):
+    """How the pool's nodes are bought: an on-demand baseline, spot above it, or reserved capacity."""
+
+    on_demand_base: int = Field(
+        0, ge=0, description="Nodes that always run on-demand (the serving baseline). Defaults to 0."
+    )
+    spot: bool = Field(
+        True,
+        description="Nodes above the on-demand baseline run on spot across the pool's instance types. "
+        "When false they are on-demand too. Defaults to true.",
+    )
+    reservation: Reservation | None = Field(
+        None, description="Capacity reservation or block for the on-demand nodes. Defaults to none."
+    )
+
+
+class EfaSpec(Model):
+    """Elastic Fabric Adapter networking for multi-node tensor/pipeline parallel traffic."""
+
+    enabled: bool = Field(False, description="Attach one EFA interface per network card. Defaults to false.")
+    placement_group: str | None = Field(
+        None,
+        description="Name of an existing cluster placement group to launch into. "
+        "Defaults to none: the pool creates its own when create_placement_group is true.",
+    )
+    create_placement_group: bool = Field(
+        True,
+        description="Create a cluster placement group for the pool. Set false for capacity reservations or "
+        "blocks that bring their own placement. Defaults to true.",
+    )
+
+
+class NvmeCacheSpec(Model):
+    """Local NVMe instance store assembled into one volume that holds the model cache."""
+
+    enabled: bool = Field(True, description="Assemble the instance-store disks into the model cache. Defaults to true.")
+    raid: Literal["RAID0", "RAID10"] = Field(
+        "RAID0", description="nodeadm localStorage strategy. RAID10 needs 4+ disks. Defaults to RAID0."
+    )
+
+
+def _bool_to_enabled(value):
+    """Let `efa=True` / `nvme_cache=False` stand for the full object."""
+    return {"enabled": value} if isinstance(value, bool) else value
+
+
+class NodePoolSpec(Model):
+    """A group of GPU nodes of interchangeable instance types."""
+
+    name: Name = Field(description="Pool name, used in node labels and resource names. Required.")
+    role: Literal["serving", "batch"] = Field(
+        "serving", description="'serving' pools keep an on-demand baseline; 'batch' pools may be all spot. Defaults to serving."
+    )
+    instance_types: list[str] = Field(
+        min_length=1,
+        description="EC2 instance types, all with the same GPU model and count; several give spot more pools "
+        "to draw from. Required.",
+    )
+    min_nodes: int = Field(0, ge=0, description="Minimum nodes. Defaults to 0.")
+    max_nodes: int = Field(ge=1, description="Maximum nodes. Required.")
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec, description="Purchase options. Defaults to all spot.")
+    efa: EfaSpec = Field(default_factory=EfaSpec, description="EFA networking (true/false or an object). Defaults to off.")
+    nvme_cache: NvmeCacheSpec = Field(
+        default_factory=NvmeCacheSpec, description="NVMe model cache (true/false or an object). Defaults to on, RAID0."
+    )
+    gpu_sharing: GpuSharing = Field(default_factory=NoSharing, description="GPU sharing mode. Defaults to none.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra node labels. Defaults to none.")
+    taints: list[Taint] = Field(
+        default_factory=list,
+        description="Extra taints; every GPU pool is always tainted nvidia.com/gpu=true:NoSchedule. Defaults to none.",
+    )
+    availability_zones: list[str] = Field(
+        default_factory=list,
+        description="Zones the pool may use. Defaults to all cluster zones (EFA pools use the first zone only).",
+    )
+    disk_size_gib: int = Field(200, ge=50, le=16384, description="Root EBS volume size. Defaults to 200 GiB.")
+    ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = Field(
+        "AL2023_x86_64_NVIDIA", description="EKS AMI type. Defaults to AL2023_x86_64_NVIDIA."
+    )
+
+    _efa_bool = field_validator("efa", "nvme_cache", mode="before")(_bool_to_enabled)
+
+
+# ----------------------------------------------------------------------------------------------- queues
+
+
+class PriorityClassSpec(Model):
+    name: Name = Field(description="WorkloadPriorityClass name. Required.")
+    value: int = Field(description="Priority; higher preempts lower. Required.")
+    description: str = Field("", description="What runs at this priority. Defaults to empty.")
+
+
+class ClusterQueueSpec(Model):
+    """A Kueue ClusterQueue in the stack's cohort, with a LocalQueue in the namespace of its role."""
+
+    name: Name = Field(description="ClusterQueue (and LocalQueue) name. Required.")
+    role: Literal["serving", "batch"] = Field(description="Which workloads use it: serving or batch. Required.")
+    pools: list[str] | None = Field(
+        None, description="Pools whose GPUs this queue owns (nominal quota). Defaults to every pool of the same role."
+    )
+    quota_gpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Nominal quota per pool in GPUs (or slices/replicas on shared pools). "
+        "Defaults to the pool's max_nodes x devices per node.",
+    )
+    borrowing_limit_gpus: int | None = Field(
+        None, ge=0, description="Most GPUs it may borrow from the cohort. Defaults to unlimited."
+    )
+    lending_limit_gpus: int | None = Field(
+        None, ge=0, description="Most GPUs it lends to the cohort. Defaults to unlimited."
+    )
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = Field(
+        "Any", description="Preempt borrowers in the cohort to reclaim nominal quota. Defaults to Any."
+    )
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = Field(
+        "LowerPriority", description="Preemption inside the queue. Defaults to LowerPriority."
+    )
+
+
+def _default_queues() -> list[ClusterQueueSpec]:
+    return [ClusterQueueSpec(name="serving", role="serving"), ClusterQueueSpec(name="batch", role="batch")]
+
+
+def _default_priorities() -> list[PriorityClassSpec]:
+    return [
+        PriorityClassSpec(name="online", value=1000, description="Interactive serving with an SLO."),
+        PriorityClassSpec(name="standard", value=500, description="Serving without an SLO."),
+        PriorityClassSpec(name="batch", value=100, description="Offline and queue-fed work."),
+    ]
+
+
+class QueuesSpec(Model):
+    """Kueue: flavors per pool and capacity type, cluster queues in one cohort, priorities."""
+
+    enabled: bool = Field(True, description="Install Kueue and admit GPU workloads through it. Defaults to true.")
+    cohort: Name = Field("inference", description="Cohort that lets queues borrow idle GPUs. Defaults to 'inference'.")
+    cluster_queues: list[ClusterQueueSpec] = Field(
+        default_factory=_default_queues, description="Cluster queues. Defaults to 'serving' and 'batch'."
+    )
+    priorities: list[PriorityClassSpec] = Field(
+        default_factory=_default_priorities,
+        description="WorkloadPriorityClasses. Defaults to online (1000), standard (500), batch (100).",
+    )
+    fair_sharing: bool = Field(False, description="Enable Kueue fair sharing across the cohort. Defaults to false.")
+
+
+# ---------------------------------------------------------------------------------------------- gateway
+
+
+class GatewaySpec(Model):
+    """One OpenAI-style endpoint for every model: Gateway API + Inference Extension."""
+
+    enabled: bool = Field(True, description="Create the inference gateway. Defaults to true.")
+    implementation: Literal["istio", "agentgateway"] = Field(
+        "istio",
+        description="Gateway implementation (with its GatewayClass) that routes to InferencePools. Defaults to istio.",
+    )
+    name: Name = Field("inference-gateway", description="Gateway name. Defaults to 'inference-gateway'.")
+    port: int = Field(80, ge=1, le=65535, description="HTTP listener port. Defaults to 80.")
+    body_based_routing: bool = Field(
+        True, description="Route by the request body's `model` field. Defaults to true."
+    )
+    prefix_cache_routing: bool = Field(
+        True, description="Endpoint picker scores pods by prefix-cache affinity. Defaults to true."
+    )
+    request_timeout_seconds: int = Field(300, ge=1, description="Route request timeout. Defaults to 300.")
+
+
+# ------------------------------------------------------------------------------------------------ models
+
+
+class ModelArchitecture(Model):
+    """What sizing needs to know about a model; the model catalog supplies it for known models."""
+
+    params_billion: float = Field(gt=0, description="Parameter count in billions. Required.")
+    layers: int = Field(ge=1, description="Transformer layers. Required.")
+    hidden_size: int = Field(ge=1, description="Hidden size. Required.")
+    attention_heads: int = Field(ge=1, description="Query heads. Required.")
+    kv_heads: int = Field(ge=1, description="Key/value heads (GQA). Required.")
+    head_dim: int = Field(ge=1, description="Dimension per head. Required.")
+    max_context: int = Field(ge=1, description="Longest context the model supports. Required.")
+    task: Literal["generate", "embed"] = Field("generate", description="Text generation or embeddings. Defaults to generate.")
+
+
+class AutoscalingSpec(Model):
+    """KEDA scaling of a model service on serving metrics."""
+
+    min_replicas: int = Field(1, ge=0, description="Minimum replicas; 0 needs scale_to_zero. Defaults to 1.")
+    max_replicas: int = Field(1, ge=1, description="Maximum replicas. Defaults to 1.")
+    metric: Literal["queue_depth", "kv_cache", "epp_queue"] = Field(
+        "queue_depth",
+        description="Scale on vllm:num_requests_waiting per replica, vllm:kv_cache_usage_perc, or the endpoint "
+        "picker's queue. Defaults to queue_depth.",
+    )
+    target: float | None = Field(
+        None, gt=0, description="Target per replica. Defaults to 5 waiting requests, 0.8 KV-cache use, or 5 queued."
+    )
+    polling_interval_seconds: int = Field(15, ge=1, description="KEDA polling interval. Defaults to 15.")
+    cooldown_seconds: int = Field(300, ge=0, description="KEDA cooldown before scaling down. Defaults to 300.")
+    scale_to_zero: bool = Field(False, description="Allow scaling to zero replicas when idle. Defaults to false.")
+
+
+class TrafficSpec(Model):
+    """Expected load, for cost per token estimates."""
+
+    requests_per_second: float = Field(gt=0, description="Mean requests per second. Required.")
+    mean_input_tokens: int = Field(1024, ge=1, description="Mean prompt tokens. Defaults to 1024.")
+    mean_output_tokens: int = Field(256, ge=1, description="Mean generated tokens. Defaults to 256.")
+
+
+class ModelServiceSpec(Model):
+    """A vLLM service: one model, its precision, parallelism, placement and scaling."""
+
+    name: Name = Field(description="Service name (Kubernetes objects and the served model name). Required.")
+    model: str = Field(
+        min_length=1, description="Model id as on Hugging Face, e.g. 'meta-llama/Llama-3.1-8B-Instruct'. Required."
+    )
+    architecture: ModelArchitecture | None = Field(
+        None, description="Model facts for sizing. Defaults to the model catalog's entry for `model`."
+    )
+    weights: S3Uri | None = Field(
+        None, description="S3 prefix holding the weights. Defaults to s3://<weights bucket>/models/<model>/."
+    )
+    quantization: Literal["none", "fp8", "int8", "int4", "awq", "gptq"] = Field(
+        "none",
+        description="Weight quantization: fp8, int8 (W8A8), int4 (W4A16), awq or gptq (4-bit). Defaults to none (16-bit).",
+    )
+    dtype: Literal["bfloat16", "float16"] = Field("bfloat16", description="Activation dtype. Defaults to bfloat16.")
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto", description="KV-cache dtype; fp8 halves KV memory. Defaults to auto (the activation dtype)."
+    )
+    pool: str = Field(description="Node pool the service runs on. Required.")
+    tensor_parallel: int = Field(1, ge=1, le=8, description="GPUs per node the model is split across. Defaults to 1.")
+    pipeline_parallel: int = Field(
+        1, ge=1, le=16, description="Nodes the model is split across (multi-node via LeaderWorkerSet). Defaults to 1."
+    )
+    mig_profile: str | None = Field(
+        None, description="MIG profile per replica on a MIG pool, e.g. '3g.40gb'. Defaults to none (whole GPUs)."
+    )
+    max_model_len: int = Field(8192, ge=128, description="Context length served (--max-model-len). Defaults to 8192.")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="Concurrent sequences per replica (--max-num-seqs). Defaults to vLLM's GPU-based default."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="Tokens per scheduler step (--max-num-batched-tokens). Defaults to vLLM's default."
+    )
+    gpu_memory_utilization: float = Field(
+        0.92, gt=0, le=1, description="Share of GPU memory vLLM may use (--gpu-memory-utilization). Defaults to 0.92."
+    )
+    enable_prefix_caching: bool = Field(True, description="Prefix caching. Defaults to true.")
+    enable_chunked_prefill: bool = Field(True, description="Chunked prefill. Defaults to true.")
+    tier: Literal["online", "standard", "batch"] = Field(
+        "online",
+        description="online: SLO-bound (on-demand baseline, never scaled to zero); standard; batch. Defaults to online.",
+    )
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="Replica scaling. Defaults to exactly one replica."
+    )
+    hf_token_secret: Name | None = Field(
+        None, description="Kubernetes Secret (key HF_TOKEN) for gated models. Defaults to none."
+    )
+    image: PinnedImage = Field(VLLM_IMAGE, description=f"vLLM image, pinned. Defaults to {VLLM_IMAGE}.")
+    traffic: TrafficSpec | None = Field(None, description="Expected traffic for cost per token. Defaults to none.")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def resolved_architecture(self) -> ModelArchitecture:
+        """The explicit architecture, else the catalog's (the spec checks that one exists)."""
+        if self.architecture is not None:
+            return self.architecture
+        facts = model_facts(self.model)
+        if facts is None:
+            raise KeyError(f"{self.model!r} has no architecture")
+        return ModelArchitecture(**facts)
+
+
+# ----------------------------------------------------------------------------------------------- workers
+
+
+class QueueWorkerSpec(Model):
+    """A Deployment that pulls jobs from a Redis list and calls a model service; KEDA scales it on list length."""
+
+    name: Name = Field(description="Worker name. Required.")
+    model_service: str = Field(description="Model service the worker calls. Required.")
+    image: PinnedImage = Field(description="Worker image, pinned to a version or digest. Required.")
+    list_name: str | None = Field(None, description="Redis list holding jobs. Defaults to the worker name.")
+    jobs_per_replica: int = Field(5, ge=1, description="Queued jobs per replica (KEDA listLength). Defaults to 5.")
+    min_replicas: int = Field(0, ge=0, description="Minimum replicas. Defaults to 0.")
+    max_replicas: int = Field(10, ge=1, description="Maximum replicas. Defaults to 10.")
+    polling_interval_seconds: int = Field(15, ge=1, description="KEDA polling interval. Defaults to 15.")
+    cooldown_seconds: int = Field(300, ge=0, description="KEDA cooldown. Defaults to 300.")
+
+
+class BatchJobSpec(Model):
+    """An offline batch inference Job (vLLM run-batch) admitted by Kueue, usually on spot."""
+
+    name: Name = Field(description="Job name. Required.")
+    model_service: str = Field(description="Model service whose model and precision the job runs. Required.")
+    pool: str = Field(description="Node pool to run on (a batch pool on spot is typical). Required.")
+    input: S3Uri = Field(description="S3 URI of the OpenAI batch input (JSONL). Required.")
+    output: S3Uri = Field(description="S3 URI for the results. Required.")
+    parallelism: int = Field(1, ge=1, le=64, description="Pods running at once, each on its own input shard. Defaults to 1.")
+
+
+# ------------------------------------------------------------------------------------------- the rest
+
+
+class WeightsStoreSpec(Model):
+    """Where model weights live in S3."""
+
+    existing_bucket: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="Use this bucket instead of creating one. Defaults to none: an encrypted, versioned, private bucket is created.",
+    )
+
+
+class PlatformSpec(Model):
+    """Cluster add-ons beyond the GPU operator."""
+
+    node_autoscaler: Literal["cluster-autoscaler", "none"] = Field(
+        "cluster-autoscaler", description="Scales node groups for pending pods. Defaults to cluster-autoscaler."
+    )
+    keda: bool = Field(True, description="Install KEDA for model and worker autoscaling. Defaults to true.")
+    leaderworkerset: bool = Field(True, description="Install LeaderWorkerSet for multi-node models. Defaults to true.")
+
+
+class ObservabilitySpec(Model):
+    """Metrics, dashboards and alerts."""
+
+    prometheus_url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="Use an existing Prometheus at this URL. Defaults to none: kube-prometheus-stack is installed.",
+    )
+    dashboards: bool = Field(True, description="Grafana dashboard for TTFT, TPOT, KV cache, queue, GPU use. Defaults to true.")
+    alerts: bool = Field(True, description="Alert rules for KV cache near full and idle GPUs. Defaults to true.")
+    kv_cache_alert_threshold: float = Field(0.9, gt=0, le=1, description="KV-cache use that alerts. Defaults to 0.9.")
+    gpu_idle_alert_minutes: int = Field(30, ge=1, description="Minutes of idle GPU before alerting. Defaults to 30.")
+    scrape_interval_seconds: int = Field(15, ge=1, description="Scrape interval for serving metrics. Defaults to 15.")
+
+
+class BudgetSpec(Model):
+    """Cost guardrails checked by `plan` and the policy pack."""
+
+    max_usd_per_hour: float | None = Field(
+        None, gt=0, description="Ceiling for the stack's cost at max scale. Defaults to none (not enforced)."
+    )
+    spot_discount: float = Field(
+        0.6, ge=0, lt=1, description="Assumed spot discount off on-demand, for estimates. Defaults to 0.6 (60% off)."
+    )
+
+
+class StackSpec(Model):
+    """Everything one environment of the platform is: the only input to the Pulumi program."""
+
+    environment: Name = Field(description="Environment name, e.g. 'dev' or 'prod'. Required.")
+    region: str = Field("us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$", description="AWS region. Defaults to us-east-1.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags on every AWS resource. Defaults to none.")
+    cluster: ClusterSpec = Field(default_factory=CreateCluster, description="The EKS cluster. Defaults to creating one.")
+    node_pools: list[NodePoolSpec] = Field(min_length=1, description="GPU node pools. Required (at least one).")
+    weights: WeightsStoreSpec = Field(default_factory=WeightsStoreSpec, description="Weights bucket. Defaults to a new bucket.")
+    platform: PlatformSpec = Field(default_factory=PlatformSpec, description="Add-ons. Defaults to all on.")
+    queues: QueuesSpec = Field(default_factory=QueuesSpec, description="Kueue set-up. Defaults to serving and batch queues.")
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec, description="Inference gateway. Defaults to Istio.")
+    serving_namespace: Name = Field("inference", description="Namespace of model services. Defaults to 'inference'.")
+    batch_namespace: Name = Field("batch", description="Namespace of workers and batch jobs. Defaults to 'batch'.")
+    models: list[ModelServiceSpec] = Field(default_factory=list, description="Model services. Defaults to none.")
+    workers: list[QueueWorkerSpec] = Field(default_factory=list, description="Queue-fed workers. Defaults to none.")
+    batch_jobs: list[BatchJobSpec] = Field(default_factory=list, description="Batch inference jobs. Defaults to none.")
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, description="Metrics. Defaults to all on.")
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guardrails. Defaults to none enforced.")
+
+    @model_validator(mode="after")
+    def _cross_field_checks(self) -> "StackSpec":
+        from inferstack.spec.checks import check_stack
+
+        check_stack(self)
+        return self
+
+    @property
+    def cluster_name(self) -> str:
+        if isinstance(self.cluster, ExistingCluster):
+            return self.cluster.name
+        return self.cluster.name or f"{self.environment}-inference"
+
+    def pool(self, name: str) -> NodePoolSpec:
+        return next(p for p in self.node_pools if p.name == name)
+
+    def model_service(self, name: str) -> ModelServiceSpec:
+        return next(m for m in self.models if m.name == name)

@@ -1,0 +1,158 @@
+"""The hardware catalog checked against the EC2 instance data AWS publishes (as shipped by moto).
+
+Every spec fact in instances.json must equal what DescribeInstanceTypes says, both in moto's raw
+table and through boto3 under mock_aws; the MIG tables must be internally consistent.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import boto3
+import pytest
+
+from inferstack import catalog
+from inferstack.catalog import GPUS, INSTANCE_TYPES, InstanceType
+
+moto = pytest.importorskip("moto", reason="moto (test extra) ships the EC2 instance data")
+from moto.ec2.models.instance_types import INSTANCE_TYPES as EC2_INSTANCE_TYPES  # noqa: E402
+
+# EC2 names both A100 variants "A100"; the catalog keys them by memory size.
+EC2_GPU_NAME = {"A100-40GB": "A100", "A100-80GB": "A100"}
+# Families whose every size is meant to be in the catalog.
+FULL_FAMILIES = ("g5", "g6", "g6e")
+NAMES = sorted(INSTANCE_TYPES)
+
+
+def ec2_facts(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The DescribeInstanceTypes fields the catalog records, in one comparable dict."""
+    (gpu,) = entry["GpuInfo"]["Gpus"]
+    disks = entry.get("InstanceStorageInfo", {}).get("Disks", [])
+    network = entry["NetworkInfo"]
+    return {
+        "gpu_name": gpu["Name"],
+        "gpu_count": gpu["Count"],
+        "gpu_memory_mib": gpu["MemoryInfo"]["SizeInMiB"],
+        "vcpus": entry["VCpuInfo"]["DefaultVCpus"],
+        "memory_mib": entry["MemoryInfo"]["SizeInMiB"],
+        "nvme": [(d["Count"], d["SizeInGB"]) for d in disks],
+        "efa_supported": network["EfaSupported"],
+        "max_efa_interfaces": network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0),
+        "network_cards": network["MaximumNetworkCards"],
+        "usage_classes": sorted(entry["SupportedUsageClasses"]),
+    }
+
+
+def catalog_facts(it: InstanceType) -> dict[str, Any]:
+    return {
+        "gpu_name": EC2_GPU_NAME.get(it.gpu.name, it.gpu.name),
+        "gpu_count": it.gpu_count,
+        "gpu_memory_mib": it.gpu.memory_mib,
+        "vcpus": it.vcpus,
+        "memory_mib": it.memory_mib,
+        "nvme": [(it.nvme_count, it.nvme_size_gb)] if it.has_instance_store else [],
+        "efa_supported": it.efa_supported,
+        "max_efa_interfaces": it.max_efa_interfaces,
+        "network_cards": it.network_cards,
+        "usage_classes": sorted(it.usage_classes),
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_instance_type_matches_ec2_data(name: str) -> None:
+    assert name in EC2_INSTANCE_TYPES, f"{name} is not an EC2 instance type"
+    assert catalog_facts(INSTANCE_TYPES[name]) == ec2_facts(EC2_INSTANCE_TYPES[name])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_instance_gpu_memory_is_the_gpu_memory(name: str) -> None:
+    (ec2_gpu,) = EC2_INSTANCE_TYPES[name]["GpuInfo"]["Gpus"]
+    assert INSTANCE_TYPES[name].gpu.memory_mib == ec2_gpu["MemoryInfo"]["SizeInMiB"]
+
+
+@pytest.mark.parametrize("family", FULL_FAMILIES)
+def test_family_is_complete(family: str) -> None:
+    ec2_sizes = {n for n in EC2_INSTANCE_TYPES if n.split(".", 1)[0] == family}
+    assert ec2_sizes == {n for n, it in INSTANCE_TYPES.items() if it.family == family}
+
+
+@pytest.fixture(scope="module")
+def described() -> dict[str, dict[str, Any]]:
+    """DescribeInstanceTypes for every catalog type through boto3, answered by moto."""
+    with moto.mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=NAMES)
+        return {t["InstanceType"]: t for page in pages for t in page["InstanceTypes"]}
+
+
+@pytest.mark.parametrize("name", ["p5.48xlarge", "g6e.xlarge", "p4d.24xlarge", "p6-b200.48xlarge"])
+def test_instance_type_matches_describe_instance_types(described: dict[str, dict[str, Any]], name: str) -> None:
+    assert catalog_facts(INSTANCE_TYPES[name]) == ec2_facts(described[name])
+
+
+def test_priced_exactly_where_offered_in_us_east_1() -> None:
+    """A null price must mean "not offered in us-east-1" (the price source's region), not "forgot"."""
+    with moto.mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType="region", Filters=[{"Name": "instance-type", "Values": NAMES}]
+        )
+        offered = {o["InstanceType"] for page in pages for o in page["InstanceTypeOfferings"]}
+    priced = {n for n, it in INSTANCE_TYPES.items() if it.on_demand_usd_per_hour is not None}
+    assert priced == offered
+
+
+@pytest.mark.parametrize("name", sorted(n for n, g in GPUS.items() if g.mig_capable))
+def test_mig_profiles_fit_one_gpu(name: str) -> None:
+    g = GPUS[name]
+    assert (g.mig_compute_slices, g.mig_memory_slices) == (7, 8)
+    for p in g.mig_profiles:
+        assert p.compute_slices * p.max_count <= g.mig_compute_slices, p
+        assert p.memory_slices * p.max_count <= g.mig_memory_slices, p
+
+
+@pytest.mark.parametrize("name", sorted(n for n, g in GPUS.items() if g.mig_capable))
+def test_mig_profile_names_match_their_slices(name: str) -> None:
+    """"3g.40gb" means 3 compute slices and 40 GB; "+me" variants share the plain profile's slices."""
+    profiles = {p.name: p for p in GPUS[name].mig_profiles}
+    for p in profiles.values():
+        compute, memory_gb, media = re.fullmatch(r"(\d)g\.(\d+)gb(\+me)?", p.name).groups()
+        assert (int(compute), int(memory_gb)) == (p.compute_slices, p.memory_gb), p
+        if media:
+            plain = profiles[p.name.removesuffix("+me")]
+            assert (p.compute_slices, p.memory_slices) == (plain.compute_slices, plain.memory_slices)
+    full = max(profiles.values(), key=lambda p: p.memory_slices)
+    assert (full.compute_slices, full.memory_slices) == (7, 8)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, g in GPUS.items() if not g.mig_capable))
+def test_non_mig_gpus_have_no_profiles(name: str) -> None:
+    g = GPUS[name]
+    assert (g.mig_profiles, g.mig_compute_slices, g.mig_memory_slices, g.mig_profile("1g.10gb")) == ((), 0, 0, None)
+
+
+def test_mig_profile_lookup_and_resource_name() -> None:
+    profile = catalog.gpu("H100").mig_profile("3g.40gb")
+    assert (profile.memory_slices, profile.resource) == (4, "nvidia.com/mig-3g.40gb")
+
+
+def test_every_instance_gpu_is_in_the_gpu_table() -> None:
+    assert {it.gpu.name for it in INSTANCE_TYPES.values()} == set(GPUS)
+
+
+def test_unknown_instance_type_suggests_close_names() -> None:
+    with pytest.raises(catalog.UnknownInstanceType, match=r"did you mean 'p5\.48xlarge'") as err:
+        catalog.instance_type("p5.48xlarg")
+    assert isinstance(err.value, KeyError)
+
+
+def test_unknown_gpu_suggests_close_names() -> None:
+    with pytest.raises(catalog.UnknownGpu, match=r"did you mean .*'H100'") as err:
+        catalog.gpu("H10")
+    assert isinstance(err.value, KeyError)
+
+
+def test_catalog_mappings_are_read_only() -> None:
+    with pytest.raises(TypeError):
+        INSTANCE_TYPES["x"] = INSTANCE_TYPES["p5.48xlarge"]  # type: ignore[index]

@@ -1,0 +1,217 @@
+"""The stack spec: valid specs parse; every rejection names the field path, the value and the fix."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from inferstack.spec import SpecError, StackSpec, describe_validation_error
+
+
+def base() -> dict:
+    """A small valid spec; each test changes one thing."""
+    return {
+        "environment": "test",
+        "node_pools": [
+            {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2, "efa": True,
+             "capacity": {"on_demand_base": 1}},
+            {"name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 1,
+             "gpu_sharing": {"mode": "mig", "layout": {"3g.40gb": 2}}},
+            {"name": "l4", "instance_types": ["g6.xlarge", "g6.2xlarge"], "max_nodes": 2,
+             "gpu_sharing": {"mode": "time_slicing", "replicas": 2}},
+        ],
+        "models": [
+            {"name": "llama", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "h100", "tensor_parallel": 2},
+            {"name": "embed", "model": "BAAI/bge-large-en-v1.5", "pool": "mig", "mig_profile": "3g.40gb",
+             "max_model_len": 512},
+        ],
+        "workers": [{"name": "w", "model_service": "llama", "image": "python:3.13.1-slim"}],
+    }
+
+
+def rejection(spec: dict) -> SpecError:
+    """The one error a bad spec produces, as the CLI reports it."""
+    with pytest.raises((SpecError, ValidationError)) as caught:
+        StackSpec.model_validate(spec)
+    error = caught.value
+    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
+
+
+def test_valid_spec_fills_documented_defaults():
+    spec = StackSpec.model_validate(base())
+    assert spec.cluster.kubernetes_version == "1.36"
+    assert spec.node_pools[0].efa.enabled and spec.node_pools[0].nvme_cache.raid == "RAID0"
+    assert [q.name for q in spec.queues.cluster_queues] == ["serving", "batch"]
+    assert spec.models[0].gpu_memory_utilization == 0.92
+
+
+def test_every_field_is_documented_with_its_default():
+    schema = StackSpec.model_json_schema()
+    missing = []
+    for name, definition in [("StackSpec", schema), *schema["$defs"].items()]:
+        for field, prop in definition.get("properties", {}).items():
+            text = prop.get("description", "")
+            if not text or not ("Defaults to" in text or "Required" in text or field == "mode"):
+                missing.append(f"{name}.{field}")
+    assert missing == []
+
+
+def mutate(path_setter):
+    spec = copy.deepcopy(base())
+    path_setter(spec)
+    return spec
+
+
+REJECTIONS = {
+    "unknown field": (
+        lambda s: s["node_pools"][0].update(maxnodes=3),
+        "node_pools[0].maxnodes", "did you mean 'max_nodes'",
+    ),
+    "unknown instance type": (
+        lambda s: s["node_pools"][0].update(instance_types=["p5.48xlarg"]),
+        "node_pools[0].instance_types[0]", "did you mean 'p5.48xlarge'",
+    ),
+    "model names a missing pool": (
+        lambda s: s["models"][0].update(pool="h200"),
+        "models[0].pool", "'h200' is not a node pool",
+    ),
+    "mig profile not on the GPU": (
+        lambda s: s["models"][1].update(mig_profile="3g.71gb"),
+        "models[1].mig_profile", "not a MIG profile of A100-80GB",
+    ),
+    "mig profile not in the pool layout": (
+        lambda s: s["models"][1].update(mig_profile="1g.10gb"),
+        "models[1].mig_profile", "has no 1g.10gb slices",
+    ),
+    "tensor parallel beyond a node": (
+        lambda s: s["node_pools"][0].update(instance_types=["p5.4xlarge"]),
+        "models[0].tensor_parallel", "tensor_parallel 2 exceeds the 1 GPUs of a p5.4xlarge node",
+    ),
+    "tensor parallel beyond its range": (
+        lambda s: s["models"][0].update(tensor_parallel=16),
+        "models[0].tensor_parallel", "less than or equal to 8",
+    ),
+    "pipeline parallel beyond the pool": (
+        lambda s: s["models"][0].update(tensor_parallel=8, pipeline_parallel=3),
+        "models[0].pipeline_parallel", "has max_nodes 2",
+    ),
+    "efa on a type without it": (
+        lambda s: s["node_pools"][2].update(efa=True),
+        "node_pools[2].instance_types[0]", "g6.xlarge does not support EFA",
+    ),
+    "efa pool mixing network cards": (
+        lambda s: s["node_pools"][0].update(instance_types=["p5e.48xlarge", "p5en.48xlarge"]),
+        "node_pools[0].instance_types", "p5e.48xlarge has 32, p5en.48xlarge has 16",
+    ),
+    "min above max": (
+        lambda s: s["node_pools"][2].update(min_nodes=3),
+        "node_pools[2].min_nodes", "min_nodes 3 can't be greater than max_nodes 2",
+    ),
+    "baseline above max": (
+        lambda s: s["node_pools"][0]["capacity"].update(on_demand_base=5),
+        "node_pools[0].capacity.on_demand_base", "can't be greater than max_nodes 2",
+    ),
+    "replicas min above max": (
+        lambda s: s["models"][0].update(autoscaling={"min_replicas": 4, "max_replicas": 2}),
+        "models[0].autoscaling.min_replicas", "min_replicas 4 can't be greater than max_replicas 2",
+    ),
+    "zero replicas without scale to zero": (
+        lambda s: s["models"][0].update(autoscaling={"min_replicas": 0, "max_replicas": 2}),
+        "models[0].autoscaling.min_replicas", "scale_to_zero is false",
+    ),
+    "mig on a GPU without MIG": (
+        lambda s: s["node_pools"][2].update(gpu_sharing={"mode": "mig", "layout": {"1g.10gb": 7}}),
+        "node_pools[2].gpu_sharing.mode", "L4 (g6.xlarge) does not support MIG",
+    ),
+    "too many mig slices": (
+        lambda s: s["node_pools"][1].update(gpu_sharing={"mode": "mig", "layout": {"3g.40gb": 2, "1g.10gb": 1}}),
+        "node_pools[1].gpu_sharing.layout", "needs 7 compute and 9 memory slices",
+    ),
+    "mig profile count beyond its maximum": (
+        lambda s: s["node_pools"][1].update(gpu_sharing={"mode": "mig", "layout": {"3g.40gb": 3}}),
+        "node_pools[1].gpu_sharing.layout.3g.40gb", "holds at most 2",
+    ),
+    "single strategy with two profiles": (
+        lambda s: s["node_pools"][1].update(
+            gpu_sharing={"mode": "mig", "strategy": "single", "layout": {"3g.40gb": 1, "2g.20gb": 1}}
+        ),
+        "node_pools[1].gpu_sharing.strategy", "must use one profile",
+    ),
+    "mig slice on a time-sliced pool": (
+        lambda s: s["models"][1].update(pool="l4"),
+        "models[1].mig_profile", "is not partitioned with MIG",
+    ),
+    "parallel model on a shared gpu": (
+        lambda s: s["models"][0].update(pool="l4", tensor_parallel=2),
+        "models[0].tensor_parallel", "shares GPUs",
+    ),
+    "instance types with different GPUs": (
+        lambda s: s["node_pools"][2].update(instance_types=["g6.xlarge", "g6e.xlarge"]),
+        "node_pools[2].instance_types[1]", "must be interchangeable",
+    ),
+    "unknown model without architecture": (
+        lambda s: s["models"][0].update(model="acme/secret-model"),
+        "models[0].model", "not in the model catalog",
+    ),
+    "context beyond the model": (
+        lambda s: s["models"][1].update(max_model_len=8192),
+        "models[1].max_model_len", "longer than BAAI/bge-large-en-v1.5's context of 512",
+    ),
+    "worker calls a missing service": (
+        lambda s: s["workers"][0].update(model_service="lama"),
+        "workers[0].model_service", "did you mean 'llama'",
+    ),
+    "duplicate pool names": (
+        lambda s: s["node_pools"][2].update(name="h100", efa=False),
+        "node_pools[2].name", "'h100' is used 2 times",
+    ),
+    "unpinned worker image": (
+        lambda s: s["workers"][0].update(image="python"),
+        "workers[0].image", "should match pattern",
+    ),
+    "unknown sharing mode": (
+        lambda s: s["node_pools"][2].update(gpu_sharing={"mode": "vgpu"}),
+        "node_pools[2].gpu_sharing", "'vgpu' is not a known 'mode'",
+    ),
+    "quota beyond the pool": (
+        lambda s: s.update(queues={"cluster_queues": [
+            {"name": "serving", "role": "serving", "quota_gpus": {"h100": 17}},
+            {"name": "batch", "role": "batch"},
+        ]}),
+        "queues.cluster_queues[0].quota_gpus.h100", "2 nodes x 8 devices = 16",
+    ),
+    "reserved node label": (
+        lambda s: s["node_pools"][0].update(labels={"nvidia.com/mig.config": "all-1g.10gb"}),
+        "node_pools[0].labels", "set by inferstack from gpu_sharing",
+    ),
+    "nvme raid10 with too few disks": (
+        lambda s: s["node_pools"][2].update(nvme_cache={"raid": "RAID10"}),
+        "node_pools[2].nvme_cache.raid", "RAID10 needs at least 4 NVMe disks",
+    ),
+    "capacity block on a g instance": (
+        lambda s: s["node_pools"][2].update(
+            capacity={"on_demand_base": 1, "reservation": {"kind": "capacity_block", "id": "cr-0123456789abcdef0"}}
+        ),
+        "node_pools[2].capacity.reservation.kind", "not sold as an EC2 Capacity Block",
+    ),
+    "zone outside the region": (
+        lambda s: s["node_pools"][0].update(availability_zones=["us-west-2a"]),
+        "node_pools[0].availability_zones[0]", "not in region us-east-1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REJECTIONS), ids=list(REJECTIONS))
+def test_rejection_names_path_problem_and_fix(case):
+    setter, path, fragment = REJECTIONS[case]
+    error = rejection(mutate(setter))
+    assert error.path == path
+    assert fragment in error.problem
+    assert error.fix and str(error).count("To fix:") == 1
+
+
+def test_schema_is_json():
+    json.dumps(StackSpec.model_json_schema())
