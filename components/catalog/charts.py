@@ -1,0 +1,44 @@
+"""Pinned Helm charts, release manifests and images, kept as data (charts.json)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from types import MappingProxyType
+from typing import Any, Mapping
+
+_RAW = json.loads(files("inferstack.catalog").joinpath("charts.json").read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str
+    chart: str                  # chart name, or an oci:// reference
+    repository: str | None      # HTTP repository; None for OCI charts
+    version: str
+    namespace: str | None       # the upstream's conventional namespace; None = install beside its workload
+    app_version: str
+    extra: Mapping[str, Any]
+
+
+CHARTS: Mapping[str, Chart] = MappingProxyType(
+    {
+        key: Chart(
+            key=key,
+            chart=raw["chart"],
+            repository=raw["repository"],
+            version=raw["version"],
+            namespace=raw["namespace"],
+            app_version=raw["app_version"],
+            extra=MappingProxyType({k: v for k, v in raw.items() if k not in Chart.__dataclass_fields__}),
+        )
+        for key, raw in _RAW["charts"].items()
+    }
+)
+MANIFESTS: Mapping[str, Mapping[str, str]] = MappingProxyType(_RAW["manifests"])
+IMAGES: Mapping[str, str] = MappingProxyType(_RAW["images"])
+
+
+def chart(key: str) -> Chart:
+    return CHARTS[key]
