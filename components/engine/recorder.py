@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pulumi import Archive, Asset
 from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor, Mocks, set_mocks
 from pulumi.runtime.settings import ROOT
@@ -15,7 +16,7 @@ from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT = "inferstack"
-SECRET_SIG = rpc._special_secret_sig  # the wire marker of a secret value
+SECRET_SIG = rpc._special_secret_sig  # the wire marker of a secret value: {SIG_KEY: SECRET_SIG, "value": v}
 SIG_KEY = rpc._special_sig_key
 
 
@@ -55,11 +56,12 @@ class Recording:
 
 
 def plain(value: Any) -> Any:
-    """Wire values -> JSON: secrets keep their value but are marked, so renders show them as secret."""
+    """Wire values -> JSON. Secrets keep Pulumi's own wire marker ({SIG_KEY: SECRET_SIG, "value": v}),
+    exactly as the engine (and a policy analyzer) receives them."""
+    if isinstance(value, (Asset, Archive)):
+        return {"asset": getattr(value, "path", None) or getattr(value, "uri", None) or getattr(value, "text", None)}
     if isinstance(value, dict):
-        if value.get(SIG_KEY) == SECRET_SIG:
-            return {"secret": plain(value.get("value"))}
-        return {k: plain(v) for k, v in value.items() if k != SIG_KEY}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     if isinstance(value, float) and value.is_integer():
@@ -82,7 +84,7 @@ class RecordingMonitor(MockMonitor):
         if request.type == "pulumi:pulumi:Stack":
             self._stack_urn = response.urn
             return response
-        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True, keep_internal=False)
+        inputs = rpc.deserialize_properties(request.object, keep_unknowns=True, keep_internal=False)  # secrets stay marked
         with self._lock:
             self._names[response.urn] = request.name
             self.recording.resources.append(
@@ -91,7 +93,7 @@ class RecordingMonitor(MockMonitor):
                     name=request.name,
                     custom=bool(request.custom),
                     parent=self._names.get(request.parent),
-                    inputs=plain(_with_secrets(request.object, inputs)),
+                    inputs=plain(inputs),
                     depends_on=sorted({self._names[urn] for urn in request.dependencies if urn in self._names}),
                 )
             )
@@ -101,22 +103,6 @@ class RecordingMonitor(MockMonitor):
         if request.urn == self._stack_urn:
             self.recording.outputs = plain(rpc.deserialize_properties(request.outputs, keep_internal=False))
         return super().RegisterResourceOutputs(request)
-
-
-def _with_secrets(struct, inputs: dict[str, Any]) -> dict[str, Any]:
-    """deserialize_properties drops the secret marker on nested values; put it back from the wire struct."""
-    marked = rpc.deserialize_properties(struct, keep_unknowns=True, keep_internal=True)
-    return _merge_secret_marks(marked, inputs)
-
-
-def _merge_secret_marks(marked: Any, value: Any) -> Any:
-    if isinstance(marked, dict) and marked.get(SIG_KEY) == SECRET_SIG:
-        return {SIG_KEY: SECRET_SIG, "value": value}
-    if isinstance(marked, dict) and isinstance(value, dict):
-        return {k: _merge_secret_marks(marked.get(k), v) for k, v in value.items()}
-    if isinstance(marked, list) and isinstance(value, list):
-        return [_merge_secret_marks(m, v) for m, v in zip(marked, value)]
-    return value
 
 
 def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:

@@ -9,16 +9,20 @@ from typing import Any
 
 import yaml
 
-from inferstack.engine.recorder import Recording
+from inferstack.engine.recorder import SECRET_SIG, SIG_KEY, Recording
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
 
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SIG_KEY) == SECRET_SIG
+
+
 def unwrap_secrets(value: Any) -> Any:
-    """The recording marks secrets as {"secret": value}; manifests carry the plain value."""
+    """The recording keeps Pulumi's secret markers; manifests carry the plain value."""
     if isinstance(value, dict):
-        if set(value) == {"secret"}:
-            return unwrap_secrets(value["secret"])
+        if is_secret(value):
+            return unwrap_secrets(value.get("value"))
         return {k: unwrap_secrets(v) for k, v in value.items()}
     if isinstance(value, list):
         return [unwrap_secrets(v) for v in value]
