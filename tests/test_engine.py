@@ -82,10 +82,24 @@ def test_render_writes_the_four_outputs(recording, tmp_path):
     assert json.loads((tmp_path / "plan.json").read_text()) == {"stack": "unit"}
 
 
-def test_two_runs_in_one_process_are_independent():
+def test_runs_are_independent_and_list_resources_in_program_order():
     first = record(program, "one", PlanMocks("us-east-1"))
     second = record(program, "two", PlanMocks("eu-west-1"))
-    assert [r.name for r in first.resources] == [r.name for r in second.resources]
+    assert [r.name for r in first.resources] == [r.name for r in second.resources] == [
+        "unit", "unit-k8s", "unit-role", "unit-ns", "unit-config", "unit-keda"
+    ]
+
+
+def test_a_failed_run_leaves_nothing_behind_for_the_next():
+    def fails_in_apply() -> None:
+        import pulumi_aws as aws
+
+        role = aws.iam.Role("broken", assume_role_policy="{}")
+        role.arn.apply(lambda _: 1 / 0)
+
+    with pytest.raises(ZeroDivisionError):
+        record(fails_in_apply, "broken", PlanMocks("us-east-1"))
+    assert [r.name for r in record(program, "after", PlanMocks("us-east-1")).resources][0] == "unit"
 
 
 def test_an_unanswered_invoke_fails_loudly():

@@ -42,6 +42,7 @@ class PlanMocks(Mocks):
 
     def __init__(self, region: str) -> None:
         self.region = region
+        self._subnet_zones: dict[str, str] = {}  # zones of the subnets the mocks made up for existing clusters
         self._resources: dict[str, Callable[[str, dict[str, Any]], tuple[str, dict[str, Any]]]] = {
             "aws:ec2/vpc:Vpc": self._vpc,
             "aws:ec2/subnet:Subnet": self._prefixed("subnet"),
@@ -59,6 +60,17 @@ class PlanMocks(Mocks):
             "aws:iam/openIdConnectProvider:OpenIdConnectProvider": self._oidc,
             "aws:s3/bucket:Bucket": self._bucket,
             "aws:s3/bucketV2:BucketV2": self._bucket,
+            "aws:ec2/vpcEndpoint:VpcEndpoint": self._prefixed("vpce"),
+            "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": self._security_group_rule,
+            "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": self._security_group_rule,
+            "aws:eks/addon:Addon": self._addon,
+            "aws:eks/accessEntry:AccessEntry": self._access_entry,
+            "aws:eks/podIdentityAssociation:PodIdentityAssociation": self._pod_identity_association,
+            "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": self._bucket_setting,
+            "aws:s3/bucketOwnershipControls:BucketOwnershipControls": self._bucket_setting,
+            "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": self._bucket_setting,
+            "aws:s3/bucketVersioning:BucketVersioning": self._bucket_setting,
+            "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": self._bucket_setting,
         }
         self._calls: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "aws:index/getCallerIdentity:getCallerIdentity": lambda _: {
@@ -76,6 +88,7 @@ class PlanMocks(Mocks):
             "aws:index/getAvailabilityZones:getAvailabilityZones": self._zones,
             "aws:eks/getAddonVersion:getAddonVersion": self._addon_version,
             "aws:eks/getCluster:getCluster": self._existing_cluster,
+            "aws:ec2/getSubnet:getSubnet": self._subnet_lookup,
         }
 
     # ------------------------------------------------------------------------------------- resources
@@ -208,7 +221,7 @@ class PlanMocks(Mocks):
         handler = self._calls.get(args.token)
         if handler is None:
             raise UnmockedInvoke(f"the embedded engine has no answer for invoke {args.token!r}")
-        return handler(dict(args.args)), None
+        return handler(dict(args.args)), []  # the SDK iterates the failures list
 
     def _zones(self, _args: dict[str, Any]) -> dict[str, Any]:
         names = [f"{self.region}{letter}" for letter in "abcdef"]
@@ -225,6 +238,7 @@ class PlanMocks(Mocks):
         _, state = self._cluster(name, {"name": name, "version": "1.36"})
         vpc = state["vpcConfig"]
         vpc["subnetIds"] = [f"subnet-{_hex(name + z, 17)}" for z in "abc"]
+        self._subnet_zones.update({f"subnet-{_hex(name + z, 17)}": f"{self.region}{z}" for z in "abc"})
         return {
             "name": name,
             "arn": state["arn"],
@@ -236,3 +250,44 @@ class PlanMocks(Mocks):
             "status": "ACTIVE",
             "id": name,
         }
+
+    def _subnet_lookup(self, args: dict[str, Any]) -> dict[str, Any]:
+        """aws:ec2/getSubnet by id: the zone the mocks gave the subnet, else a stable zone a-c from the id."""
+        subnet = args["id"]
+        zone = self._subnet_zones.get(subnet) or f"{self.region}{'abc'[int(_hex(subnet, 4), 16) % 3]}"
+        return {
+            "id": subnet,
+            "availabilityZone": zone,
+            "vpcId": f"vpc-{_hex('vpc' + subnet, 17)}",
+            "arn": self._arn("ec2", f"subnet/{subnet}"),
+            "state": "available",
+        }
+
+    def _security_group_rule(self, name: str, state: dict[str, Any]):
+        rid = f"sgr-{_hex('sgr' + name, 17)}"
+        state.update(securityGroupRuleId=rid, arn=self._arn("ec2", f"security-group-rule/{rid}"))
+        return rid, state
+
+    def _addon(self, name: str, state: dict[str, Any]):
+        cluster, addon = state.get("clusterName", "cluster"), state.get("addonName", name)
+        state["arn"] = self._arn("eks", f"addon/{cluster}/{addon}/{_hex(name, 8)}")
+        return f"{cluster}:{addon}", state
+
+    def _access_entry(self, name: str, state: dict[str, Any]):
+        cluster, principal = state.get("clusterName", "cluster"), state.get("principalArn", name)
+        role = principal.rsplit("/", 1)[-1]
+        state["accessEntryArn"] = self._arn("eks", f"access-entry/{cluster}/role/{ACCOUNT_ID}/{role}/{_hex(name, 8)}")
+        return f"{cluster}:{principal}", state
+
+    def _pod_identity_association(self, name: str, state: dict[str, Any]):
+        cluster = state.get("clusterName", "cluster")
+        association = f"a-{_hex('pia' + name, 17)}"
+        state.update(
+            associationId=association,
+            associationArn=self._arn("eks", f"podidentityassociation/{cluster}/{association}"),
+        )
+        return association, state
+
+    def _bucket_setting(self, name: str, state: dict[str, Any]):
+        """Bucket sub-resources (public access block, encryption, ...) are identified by their bucket."""
+        return str(state.get("bucket") or name), state

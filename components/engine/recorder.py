@@ -4,7 +4,9 @@ every registration exactly as a real engine would receive it (type, name, parent
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -112,5 +114,42 @@ def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:
     ROOT.set(None)
     set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     ROOT.set(None)  # set_mocks made a root Stack; run_in_stack makes the real one, as `pulumi up` does
-    _sync_await(run_in_stack(program))
+    with _program_order() as order:
+        try:
+            _sync_await(run_in_stack(program))
+        except BaseException:
+            _cancel_leftover_tasks()
+            raise
+    # Requests reach the engine as their inputs resolve, which varies run to run; list them in the
+    # order the program registered them, so resources.json is the same for the same program.
+    recording.resources.sort(key=lambda r: order.get((r.type, r.name), len(order)))
     return recording
+
+
+def _cancel_leftover_tasks() -> None:
+    """A failed program can leave resolutions pending on the loop; cancel them so the next run starts clean."""
+    loop = asyncio.get_event_loop()
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+@contextmanager
+def _program_order():
+    """Note the order in which the program constructs resources (the SDK's register_resource call)."""
+    import pulumi.resource as sdk_resource
+
+    order: dict[tuple[str, str], int] = {}
+    original = sdk_resource.register_resource
+
+    def noting(res, t, name, *args, **kwargs):
+        order.setdefault((t, name), len(order))
+        return original(res, t, name, *args, **kwargs)
+
+    sdk_resource.register_resource = noting
+    try:
+        yield order
+    finally:
+        sdk_resource.register_resource = original

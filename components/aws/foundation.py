@@ -1,0 +1,212 @@
+"""The AWS layer as one component: everything later layers need from AWS, built from the stack spec.
+
+An explicit AWS provider carries the spec's region and tags, so the spec alone decides where and how
+resources are tagged, whatever the Pulumi stack's own config says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import pulumi
+import pulumi_aws
+
+from inferstack.aws import iam as policies
+from inferstack.aws.cluster import (
+    CLUSTER_ROLE,
+    ClusterRef,
+    EksCluster,
+    EksClusterArgs,
+    existing_cluster_ref,
+    kubeconfig_yaml,
+)
+from inferstack.aws.network import Network, NetworkArgs, existing_subnets_in_zones
+from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, plan_node_groups
+from inferstack.aws.weights_store import READER_ROLE, WeightsStore, WeightsStoreArgs
+from inferstack.spec import CreateCluster, SpecError, StackSpec
+
+# Name segments of the stack-wide resources (`<environment>-<segment>...`); pools may not reuse them.
+PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES = "aws", "network", "eks", "node-role", "weights", "kubernetes"
+STACK_SEGMENTS = (PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES)
+AUTONAME_SUFFIX = 8  # Pulumi names a resource '<logical name>-' plus 7 random characters
+IAM_ROLE_NAME_MAX = 64
+NODE_GROUP_NAME_MAX = 63
+
+
+def check_resource_names(spec: StackSpec) -> None:
+    """Resource names are `<environment>-<pool>-<suffix>`: refuse names that repeat another's or outgrow AWS's limits."""
+    env = spec.environment
+    longest_role = max((f"{env}-{NODE_ROLE}", f"{env}-{EKS}-{CLUSTER_ROLE}", f"{env}-{WEIGHTS}-{READER_ROLE}"), key=len)
+    excess = len(longest_role) + AUTONAME_SUFFIX - IAM_ROLE_NAME_MAX
+    if excess > 0:
+        raise SpecError(
+            "environment",
+            f"IAM role {longest_role!r} plus Pulumi's {AUTONAME_SUFFIX}-character suffix is longer than IAM's "
+            f"{IAM_ROLE_NAME_MAX} characters",
+            f"shorten the environment name to at most {len(env) - excess} characters",
+        )
+    for i, pool in enumerate(spec.node_pools):
+        for segment in STACK_SEGMENTS:
+            if pool.name == segment or pool.name.startswith(f"{segment}-"):
+                raise SpecError(
+                    f"node_pools[{i}].name",
+                    f"{pool.name!r} would name its resources like the stack's own {segment!r} resources",
+                    f"rename the pool so it does not start with {segment!r}",
+                )
+        for other in spec.node_pools:
+            for suffix in RESOURCE_SUFFIXES:
+                taken = f"{other.name}-{suffix}"
+                if pool.name == taken or pool.name.startswith(f"{taken}-"):
+                    raise SpecError(
+                        f"node_pools[{i}].name",
+                        f"{pool.name!r} would name its resources like the {suffix!r} resources of pool {other.name!r}",
+                        f"rename the pool so it does not start with {taken!r}",
+                    )
+        for plan in plan_node_groups(pool):
+            group = f"{env}-{pool.name}-{plan.suffix}"
+            excess = len(group) + AUTONAME_SUFFIX - NODE_GROUP_NAME_MAX
+            if excess > 0:
+                raise SpecError(
+                    f"node_pools[{i}].name",
+                    f"node group {group!r} plus Pulumi's {AUTONAME_SUFFIX}-character suffix is longer than EKS's "
+                    f"{NODE_GROUP_NAME_MAX} characters",
+                    f"shorten the pool or environment name by {excess} character{'s' if excess > 1 else ''}",
+                )
+
+
+@dataclass(frozen=True)
+class AwsFoundationArgs:
+    spec: StackSpec
+
+
+class AwsFoundation(pulumi.ComponentResource):
+    """Network, EKS cluster (created or existing), GPU node pools and the weights store of one environment."""
+
+    cluster_name: pulumi.Output[str]
+    cluster_endpoint: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]  # secret
+    node_pool_names: pulumi.Output[list[str]]  # every GPU node group's EKS name
+    weights_bucket: pulumi.Output[str]
+    weights_bucket_arn: pulumi.Output[str]
+    model_reader_role_arn: pulumi.Output[str]
+    node_pools: dict[str, GpuNodePool]
+    cluster: ClusterRef  # security group, VPC and subnets for layers that add their own AWS resources
+    kubernetes_provider: pulumi.ProviderResource  # a pulumi_kubernetes.Provider for this cluster
+
+    def __init__(self, name: str, args: AwsFoundationArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        spec = args.spec
+        check_resource_names(spec)
+        provider = pulumi_aws.Provider(
+            f"{name}-{PROVIDER}",
+            region=spec.region,
+            default_tags=pulumi_aws.ProviderDefaultTagsArgs(tags=dict(spec.tags)) if spec.tags else None,
+            opts=pulumi.ResourceOptions(parent=opts.parent if opts else None),
+        )
+        super().__init__(
+            "inferstack:aws:Foundation",
+            name,
+            None,
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider])),
+        )
+        child = pulumi.ResourceOptions(parent=self)
+        partition = policies.partition_of(spec.region)
+
+        node_role, node_role_attachments = policies.service_role(
+            f"{name}-{NODE_ROLE}",
+            service="ec2.amazonaws.com",
+            managed_policies=policies.NODE_POLICIES,
+            partition=partition,
+            description=f"EKS nodes of {spec.cluster_name}",
+            parent=self,
+        )
+
+        network: Network | None = None
+        ready: list[pulumi.Resource] = []
+        cluster_spec = spec.cluster
+        if isinstance(cluster_spec, CreateCluster):
+            if cluster_spec.network.existing_subnet_ids:
+                cluster_subnets: list[pulumi.Input[str]] = list(cluster_spec.network.existing_subnet_ids)
+            else:
+                network = Network(
+                    f"{name}-{NETWORK}",
+                    NetworkArgs(spec=cluster_spec.network, region=spec.region, cluster_name=spec.cluster_name),
+                    opts=child,
+                )
+                cluster_subnets = list(network.private_subnets.values())
+            cluster = EksCluster(
+                f"{name}-{EKS}",
+                EksClusterArgs(
+                    spec=spec,
+                    subnet_ids=cluster_subnets,
+                    node_role_arn=node_role.arn,
+                    node_role_ready=node_role_attachments,
+                    partition=partition,
+                ),
+                opts=child,
+            )
+            ref: ClusterRef = cluster.ref
+            self.kubeconfig = cluster.kubeconfig
+            ready = cluster.ready
+        else:
+            ref = existing_cluster_ref(cluster_spec.name, parent=self)
+            if cluster_spec.kubeconfig is not None:
+                self.kubeconfig = pulumi.Output.secret(cluster_spec.kubeconfig)
+            else:
+                self.kubeconfig = pulumi.Output.secret(
+                    pulumi.Output.all(ref.name, ref.endpoint, ref.certificate_authority).apply(
+                        lambda v: kubeconfig_yaml(v[0], v[1], v[2], spec.region)
+                    )
+                )
+
+        self.node_pools = {}
+        for i, pool in enumerate(spec.node_pools):
+            if network is not None:
+                subnets: pulumi.Input = network.subnets_for(pool.availability_zones)
+            else:
+                subnets = existing_subnets_in_zones(
+                    ref.subnet_ids, pool.availability_zones, f"node_pools[{i}].availability_zones", parent=self
+                )
+            self.node_pools[pool.name] = GpuNodePool(
+                f"{name}-{pool.name}",
+                GpuNodePoolArgs(
+                    pool=pool,
+                    cluster=ref,
+                    subnet_ids=subnets,
+                    node_role_arn=node_role.arn,
+                    tags=spec.tags,
+                    depends_on=[*node_role_attachments, *ref.node_prerequisites],
+                ),
+                opts=child,
+            )
+
+        weights = WeightsStore(
+            f"{name}-{WEIGHTS}", WeightsStoreArgs(spec=spec, cluster_name=ref.name, partition=partition), opts=child
+        )
+
+        import pulumi_kubernetes  # on use: importing this module (schema, checks, tests) skips the Kubernetes SDK
+
+        self.kubernetes_provider = pulumi_kubernetes.Provider(
+            f"{name}-{KUBERNETES}",
+            kubeconfig=self.kubeconfig,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
+        )
+
+        self.cluster = ref
+        self.cluster_name = ref.name
+        self.cluster_endpoint = ref.endpoint
+        self.node_pool_names = pulumi.Output.all(*[p.node_group_names for p in self.node_pools.values()]).apply(
+            lambda groups: [group for names in groups for group in names]
+        )
+        self.weights_bucket = weights.bucket_name
+        self.weights_bucket_arn = weights.bucket_arn
+        self.model_reader_role_arn = weights.reader_role_arn
+        self.register_outputs(
+            {
+                "cluster_name": self.cluster_name,
+                "cluster_endpoint": self.cluster_endpoint,
+                "kubeconfig": self.kubeconfig,
+                "node_pool_names": self.node_pool_names,
+                "weights_bucket": self.weights_bucket,
+                "weights_bucket_arn": self.weights_bucket_arn,
+                "model_reader_role_arn": self.model_reader_role_arn,
+            }
+        )

@@ -1,0 +1,320 @@
+"""One GPU node pool: launch template(s) and EKS managed node groups for its capacity mix.
+
+A pool becomes up to two node groups: a fixed on-demand (or reserved) baseline of the primary
+instance type, and a burst group above it that runs on spot across every instance type of the pool.
+EFA pools get one EFA interface per network card, a cluster placement group, a security group that
+lets the pool's nodes reach each other on all protocols, and a single subnet (a placement group and
+EFA traffic stay in one zone). The NVMe instance store becomes the model cache through nodeadm.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+
+import jinja2
+import pulumi
+from pulumi_aws import ec2, eks, vpc
+
+from inferstack import conventions
+from inferstack.aws.cluster import DESIRED_SIZE, ClusterRef
+from inferstack.spec import MigSharing, MpsSharing, NodePoolSpec, Reservation, TimeSlicing
+from inferstack.spec.pools import PoolHardware
+
+USER_DATA_BOUNDARY = "//INFERSTACK-NODEADM//"
+TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
+# The EBS volume that holds images and pod data: AL2023's root disk, Bottlerocket's data disk.
+DATA_VOLUME_DEVICE = {"AL2023_x86_64_NVIDIA": "/dev/xvda", "BOTTLEROCKET_x86_64_NVIDIA": "/dev/xvdb"}
+
+# Suffixes of the resource names a pool creates (`<environment>-<pool>-<suffix>`); pool names that
+# would reproduce another pool's resource names are refused by AwsFoundation.
+LAUNCH_TEMPLATE = "launch-template"
+RESERVED_LAUNCH_TEMPLATE = "reserved-launch-template"
+PLACEMENT_GROUP = "placement"
+EFA_SECURITY_GROUP = "efa"
+GROUP_ON_DEMAND = "on-demand"
+GROUP_RESERVED = "reserved"
+GROUP_CAPACITY_BLOCK = "capacity-block"
+GROUP_SPOT = "spot"
+GROUP_BURST = "on-demand-burst"
+RESOURCE_SUFFIXES = (
+    LAUNCH_TEMPLATE,
+    RESERVED_LAUNCH_TEMPLATE,
+    PLACEMENT_GROUP,
+    EFA_SECURITY_GROUP,
+    GROUP_ON_DEMAND,
+    GROUP_RESERVED,
+    GROUP_CAPACITY_BLOCK,
+    GROUP_SPOT,
+    GROUP_BURST,
+)
+
+
+@dataclass(frozen=True)
+class NodeGroupPlan:
+    """One managed node group of a pool: how its nodes are bought and how many there may be."""
+
+    suffix: str
+    capacity_type: str  # EKS capacityType: ON_DEMAND | SPOT | CAPACITY_BLOCK
+    capacity_label: str  # conventions.CAPACITY_LABEL value: on-demand | spot | reserved
+    instance_types: tuple[str, ...]
+    min_size: int
+    max_size: int
+    desired_size: int
+    reservation: Reservation | None = None
+
+
+def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
+    """Baseline group of `on_demand_base` fixed nodes, then a burst group for the rest of `max_nodes`.
+
+    The baseline runs the primary type (the one a reservation is for and prices are quoted for);
+    the burst group lists every type of the pool so spot can draw from all their capacity pools.
+    """
+    capacity = pool.capacity
+    base = capacity.on_demand_base
+    groups = []
+    if base > 0:
+        reservation = capacity.reservation
+        if reservation is None:
+            suffix, capacity_type, label = GROUP_ON_DEMAND, "ON_DEMAND", "on-demand"
+        elif reservation.kind == "capacity_block":
+            suffix, capacity_type, label = GROUP_CAPACITY_BLOCK, "CAPACITY_BLOCK", "reserved"
+        else:
+            suffix, capacity_type, label = GROUP_RESERVED, "ON_DEMAND", "reserved"
+        groups.append(
+            NodeGroupPlan(suffix, capacity_type, label, (pool.instance_types[0],), base, base, base, reservation)
+        )
+    burst = pool.max_nodes - base
+    if burst > 0:
+        low = max(0, pool.min_nodes - base)
+        if capacity.spot:
+            suffix, capacity_type, label = GROUP_SPOT, "SPOT", "spot"
+        else:
+            suffix, capacity_type, label = GROUP_BURST, "ON_DEMAND", "on-demand"
+        groups.append(NodeGroupPlan(suffix, capacity_type, label, tuple(pool.instance_types), low, burst, low))
+    return groups
+
+
+def efa_interface_layout(efa_interfaces: int) -> list[tuple[int, int, str]]:
+    """(network card, device index, interface type) per interface, as EC2 documents it for EFA.
+
+    The primary ENA interface sits at card 0 / device 0, an `efa-only` interface at card 0 /
+    device 1, and one `efa-only` interface at device 0 of every further card.
+    """
+    if efa_interfaces < 1:
+        raise ValueError("an EFA pool needs at least one EFA interface")
+    return [(0, 0, "interface"), (0, 1, "efa-only")] + [(card, 0, "efa-only") for card in range(1, efa_interfaces)]
+
+
+def node_labels(pool: NodePoolSpec, hardware: PoolHardware, capacity_label: str) -> dict[str, str]:
+    """Labels the platform and serving layers select on; the pool's own labels come last."""
+    sharing = pool.gpu_sharing
+    labels = {
+        conventions.POOL_LABEL: pool.name,
+        conventions.GPU_LABEL: hardware.gpu.name,
+        conventions.CAPACITY_LABEL: capacity_label,
+        conventions.SHARING_LABEL: sharing.mode,
+    }
+    if isinstance(sharing, MigSharing):
+        labels[conventions.MIG_CONFIG_LABEL] = f"inferstack-{pool.name}"
+    elif isinstance(sharing, (TimeSlicing, MpsSharing)):
+        labels[conventions.DEVICE_PLUGIN_CONFIG_LABEL] = pool.name
+    return {**labels, **pool.labels}
+
+
+def node_taints(pool: NodePoolSpec) -> list[eks.NodeGroupTaintArgs]:
+    """nvidia.com/gpu=true:NoSchedule keeps everything but GPU workloads off the pool."""
+    taints = [eks.NodeGroupTaintArgs(key=conventions.GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")]
+    taints += [eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=TAINT_EFFECTS[t.effect]) for t in pool.taints]
+    return taints
+
+
+@cache
+def _user_data_template() -> jinja2.Template:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    return env.from_string(files("inferstack.templates").joinpath("nodeadm-userdata.j2").read_text(encoding="utf-8"))
+
+
+def render_user_data(raid: str) -> str:
+    """MIME multipart user data whose nodeadm NodeConfig assembles the instance-store NVMe disks."""
+    if raid not in ("RAID0", "RAID10"):
+        raise ValueError(f"nodeadm localStorage strategy {raid!r} is not RAID0 or RAID10")
+    return _user_data_template().render(boundary=USER_DATA_BOUNDARY, strategy=raid)
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    pool: NodePoolSpec
+    cluster: ClusterRef
+    # The pool's private subnets, its first zone first (EFA and reserved groups use only that one).
+    subnet_ids: Sequence[pulumi.Input[str]] | pulumi.Output[list[str]]
+    node_role_arn: pulumi.Input[str]
+    tags: Mapping[str, str]  # for the instances, volumes and interfaces the launch template starts
+    # What nodes need before they can join: core add-ons, the node role's policies.
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """The node groups of one GPU pool behind a launch template that carries EFA, placement and NVMe setup."""
+
+    node_groups: list[eks.NodeGroup]
+    node_group_names: pulumi.Output[list[str]]
+    node_group_arns: pulumi.Output[list[str]]
+    advertised: dict[str, int]  # extended resources per node, e.g. {'nvidia.com/gpu': 8}
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:aws:GpuNodePool", name, None, opts)
+        pool = args.pool
+        hardware = PoolHardware(pool)
+        child = pulumi.ResourceOptions(parent=self)
+        if isinstance(args.subnet_ids, pulumi.Output):
+            all_subnets: pulumi.Input = args.subnet_ids
+            first_subnet: pulumi.Input = args.subnet_ids.apply(lambda ids: ids[:1])
+        else:  # subnets created by this stack: a single-zone group then depends on its own subnet only
+            all_subnets = list(args.subnet_ids)
+            first_subnet = all_subnets[:1]
+
+        network_interfaces = None
+        placement = None
+        if pool.efa.enabled:
+            efa_group = ec2.SecurityGroup(
+                f"{name}-{EFA_SECURITY_GROUP}",
+                vpc_id=args.cluster.vpc_id,
+                description=f"EFA traffic between the nodes of GPU pool {pool.name}",
+                tags={"Name": f"{name}-{EFA_SECURITY_GROUP}"},
+                opts=child,
+            )
+            vpc.SecurityGroupIngressRule(
+                f"{name}-{EFA_SECURITY_GROUP}-ingress",
+                security_group_id=efa_group.id,
+                referenced_security_group_id=efa_group.id,
+                ip_protocol="-1",
+                description="All traffic from nodes of the same EFA pool",
+                opts=child,
+            )
+            vpc.SecurityGroupEgressRule(
+                f"{name}-{EFA_SECURITY_GROUP}-egress",
+                security_group_id=efa_group.id,
+                referenced_security_group_id=efa_group.id,
+                ip_protocol="-1",
+                description="All traffic to nodes of the same EFA pool",
+                opts=child,
+            )
+            # Custom security groups replace EKS's default, so the cluster's own group is added back.
+            groups = [args.cluster.security_group_id, efa_group.id]
+            network_interfaces = [
+                ec2.LaunchTemplateNetworkInterfaceArgs(
+                    network_card_index=card,
+                    device_index=device,
+                    interface_type=kind,
+                    security_groups=groups,
+                    delete_on_termination="true",
+                )
+                for card, device, kind in efa_interface_layout(hardware.efa_interfaces)
+            ]
+            group_name: pulumi.Input[str] | None = pool.efa.placement_group
+            if pool.efa.create_placement_group:
+                group_name = ec2.PlacementGroup(
+                    f"{name}-{PLACEMENT_GROUP}", strategy="cluster", tags={"Name": f"{name}-{PLACEMENT_GROUP}"}, opts=child
+                ).name
+            if group_name is not None:
+                placement = ec2.LaunchTemplatePlacementArgs(group_name=group_name)
+
+        user_data = None
+        if pool.nvme_cache.enabled:
+            user_data = base64.b64encode(render_user_data(pool.nvme_cache.raid).encode()).decode()
+
+        def launch_template(suffix: str, reservation: Reservation | None) -> ec2.LaunchTemplate:
+            instance_tags = {**args.tags, "Name": name}
+            reserved = None
+            market = None
+            if reservation is not None:
+                reserved = ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                    capacity_reservation_target=ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                        capacity_reservation_id=reservation.id
+                    )
+                )
+                if reservation.kind == "capacity_block":
+                    market = ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+            return ec2.LaunchTemplate(
+                f"{name}-{suffix}",
+                description=f"GPU nodes of pool {pool.name} ({', '.join(pool.instance_types)})",
+                update_default_version=True,
+                block_device_mappings=[
+                    ec2.LaunchTemplateBlockDeviceMappingArgs(
+                        device_name=DATA_VOLUME_DEVICE[pool.ami_type],
+                        ebs=ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                            volume_size=pool.disk_size_gib,
+                            volume_type="gp3",
+                            encrypted="true",
+                            delete_on_termination="true",
+                        ),
+                    )
+                ],
+                # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node's role.
+                metadata_options=ec2.LaunchTemplateMetadataOptionsArgs(
+                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
+                ),
+                network_interfaces=network_interfaces,
+                placement=placement,
+                user_data=user_data,
+                capacity_reservation_specification=reserved,
+                instance_market_options=market,
+                tag_specifications=[
+                    ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=instance_tags)
+                    for kind in ("instance", "volume", "network-interface")
+                ],
+                opts=child,
+            )
+
+        plans = plan_node_groups(pool)
+        shared_template = None
+        self.node_groups = []
+        for plan in plans:
+            if plan.reservation is not None:
+                template = launch_template(RESERVED_LAUNCH_TEMPLATE, plan.reservation)
+            else:
+                shared_template = shared_template or launch_template(LAUNCH_TEMPLATE, None)
+                template = shared_template
+            # A cluster placement group, EFA and a zonal reservation all live in one zone.
+            single_zone = pool.efa.enabled or plan.reservation is not None
+            autoscaled = plan.min_size != plan.max_size
+            self.node_groups.append(
+                eks.NodeGroup(
+                    f"{name}-{plan.suffix}",
+                    cluster_name=args.cluster.name,
+                    node_role_arn=args.node_role_arn,
+                    subnet_ids=first_subnet if single_zone else all_subnets,
+                    instance_types=list(plan.instance_types),
+                    capacity_type=plan.capacity_type,
+                    ami_type=pool.ami_type,
+                    scaling_config=eks.NodeGroupScalingConfigArgs(
+                        min_size=plan.min_size, max_size=plan.max_size, desired_size=plan.desired_size
+                    ),
+                    launch_template=eks.NodeGroupLaunchTemplateArgs(
+                        id=template.id, version=template.latest_version.apply(str)
+                    ),
+                    labels=node_labels(pool, hardware, plan.capacity_label),
+                    taints=node_taints(pool),
+                    update_config=eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+                    opts=pulumi.ResourceOptions(
+                        parent=self,
+                        depends_on=list(args.depends_on),
+                        ignore_changes=[DESIRED_SIZE] if autoscaled else None,
+                    ),
+                )
+            )
+
+        self.node_group_names = pulumi.Output.all(*[g.node_group_name for g in self.node_groups])
+        self.node_group_arns = pulumi.Output.all(*[g.arn for g in self.node_groups])
+        self.advertised = dict(hardware.resources_per_node)
+        self.register_outputs(
+            {
+                "node_group_names": self.node_group_names,
+                "node_group_arns": self.node_group_arns,
+                "advertised": self.advertised,
+            }
+        )

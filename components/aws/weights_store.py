@@ -1,0 +1,162 @@
+"""Where model weights live: a private, encrypted, versioned S3 bucket and the role serving pods read it with.
+
+Serving and batch pods get the role through EKS Pod Identity on the `model-reader` service account.
+The role may list the bucket only under `models/` (plus any prefix a model service names explicitly)
+and get only the objects below those prefixes: nothing else, in no other bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_aws import eks, iam, s3
+
+from inferstack.aws import iam as policies
+from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT
+from inferstack.spec import StackSpec
+
+MODELS_PREFIX = "models/"
+NONCURRENT_VERSION_DAYS = 30  # an overwritten checkpoint is kept this long, then its storage is freed
+ABORT_MULTIPART_DAYS = 7
+READER_ROLE = "model-reader"
+_S3_URI = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<prefix>.*)$")
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """'s3://b/models/llama' -> ('b', 'models/llama/'): the prefix always ends with '/' (or is '')."""
+    match = _S3_URI.match(uri)
+    if match is None:
+        raise ValueError(f"{uri!r} is not an s3://bucket/prefix URI")
+    prefix = match["prefix"].strip("/")
+    return match["bucket"], f"{prefix}/" if prefix else ""
+
+
+def read_grants(spec: StackSpec, bucket_name: str | None, bucket_arn: str, partition: str) -> list[policies.S3ReadGrant]:
+    """`models/` of the weights bucket, plus the prefix of every model service that names its own weights URI."""
+    grants = [policies.S3ReadGrant(bucket_arn, MODELS_PREFIX)]
+    for model in spec.models:
+        if model.weights is None:
+            continue
+        bucket, prefix = split_s3_uri(model.weights)
+        arn = bucket_arn if bucket == bucket_name else f"arn:{partition}:s3:::{bucket}"
+        grants.append(policies.S3ReadGrant(arn, prefix))
+    return grants
+
+
+@dataclass(frozen=True)
+class WeightsStoreArgs:
+    spec: StackSpec
+    cluster_name: pulumi.Input[str]
+    partition: str
+
+
+class WeightsStore(pulumi.ComponentResource):
+    """The weights bucket (or an existing one) and the least-privilege reader role bound to serving pods."""
+
+    bucket_name: pulumi.Output[str]
+    bucket_arn: pulumi.Output[str]
+    reader_role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: WeightsStoreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:aws:WeightsStore", name, None, opts)
+        spec = args.spec
+        child = pulumi.ResourceOptions(parent=self)
+        existing = spec.weights.existing_bucket
+
+        if existing is not None:
+            self.bucket_name = pulumi.Output.from_input(existing)
+            self.bucket_arn = pulumi.Output.from_input(f"arn:{args.partition}:s3:::{existing}")
+        else:
+            bucket = s3.Bucket(f"{name}-bucket", opts=child)
+            bucket_child = pulumi.ResourceOptions(parent=self, depends_on=[bucket])
+            s3.BucketPublicAccessBlock(
+                f"{name}-public-access-block",
+                bucket=bucket.id,
+                block_public_acls=True,
+                block_public_policy=True,
+                ignore_public_acls=True,
+                restrict_public_buckets=True,
+                opts=bucket_child,
+            )
+            s3.BucketOwnershipControls(
+                f"{name}-ownership",
+                bucket=bucket.id,
+                rule=s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+                opts=bucket_child,
+            )
+            s3.BucketServerSideEncryptionConfiguration(
+                f"{name}-encryption",
+                bucket=bucket.id,
+                rules=[
+                    s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                        apply_server_side_encryption_by_default=s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                            sse_algorithm="aws:kms"
+                        ),
+                        bucket_key_enabled=True,
+                    )
+                ],
+                opts=bucket_child,
+            )
+            versioning = s3.BucketVersioning(
+                f"{name}-versioning",
+                bucket=bucket.id,
+                versioning_configuration=s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+                opts=bucket_child,
+            )
+            s3.BucketLifecycleConfiguration(
+                f"{name}-lifecycle",
+                bucket=bucket.id,
+                rules=[
+                    s3.BucketLifecycleConfigurationRuleArgs(
+                        id="expire-replaced-weights",
+                        status="Enabled",
+                        filter=s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                        noncurrent_version_expiration=s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                            noncurrent_days=NONCURRENT_VERSION_DAYS
+                        ),
+                        abort_incomplete_multipart_upload=s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+                            days_after_initiation=ABORT_MULTIPART_DAYS
+                        ),
+                    )
+                ],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning]),
+            )
+            self.bucket_name = bucket.bucket
+            self.bucket_arn = bucket.arn
+
+        namespaces = sorted({spec.serving_namespace, spec.batch_namespace})
+        role = iam.Role(
+            f"{name}-{READER_ROLE}",
+            description=f"Serving pods of {spec.environment}: read model weights",
+            assume_role_policy=pulumi.Output.from_input(args.cluster_name).apply(
+                lambda cluster: json.dumps(
+                    policies.pod_identity_trust_policy(cluster, namespaces, MODEL_READER_SERVICE_ACCOUNT)
+                )
+            ),
+            opts=child,
+        )
+        iam.RolePolicy(
+            f"{name}-{READER_ROLE}-s3",
+            role=role.id,
+            policy=self.bucket_arn.apply(
+                lambda arn: json.dumps(policies.s3_read_policy(read_grants(spec, existing, arn, args.partition)))
+            ),
+            opts=child,
+        )
+        for namespace in namespaces:
+            eks.PodIdentityAssociation(
+                f"{name}-{namespace}-{READER_ROLE}",
+                cluster_name=args.cluster_name,
+                namespace=namespace,
+                service_account=MODEL_READER_SERVICE_ACCOUNT,
+                role_arn=role.arn,
+                opts=child,
+            )
+
+        self.reader_role_arn = role.arn
+        self.register_outputs(
+            {"bucket_name": self.bucket_name, "bucket_arn": self.bucket_arn, "reader_role_arn": self.reader_role_arn}
+        )

@@ -1,0 +1,133 @@
+"""What the AWS layer refuses, each with the field path, the problem and the fix.
+
+EFA on a type without it and EFA pools mixing network-card counts are proven in test_spec.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from pydantic import ValidationError
+
+from inferstack.aws.foundation import check_resource_names
+from inferstack.aws.network import subnet_layout, subnets_in_zones
+from inferstack.catalog import instance_type
+from inferstack.spec import SpecError, StackSpec, describe_validation_error
+
+
+def spec(*pools: dict, **changes) -> dict:
+    return {"environment": "test", "node_pools": list(pools), **changes}
+
+
+def rejection(document: dict) -> SpecError:
+    with pytest.raises((SpecError, ValidationError)) as caught:
+        StackSpec.model_validate(document)
+    error = caught.value
+    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
+
+
+def test_nvme_cache_needs_al2023_nodeadm():
+    error = rejection(spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 1,
+                            "ami_type": "BOTTLEROCKET_x86_64_NVIDIA"}))
+
+    assert error.path == "node_pools[0].nvme_cache"
+    assert "BOTTLEROCKET_x86_64_NVIDIA is not supported" in error.problem
+    assert "set nvme_cache to false" in error.fix
+
+
+def test_nvme_cache_needs_an_instance_store(monkeypatch):
+    """Every GPU type in the catalog has instance store today, so a type without one is made up."""
+    diskless = dataclasses.replace(instance_type("g6.12xlarge"), nvme_count=0, nvme_size_gb=0)
+    monkeypatch.setattr("inferstack.spec.pools.instance_type", lambda name: diskless)
+
+    error = rejection(spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 1}))
+
+    assert error.path == "node_pools[0].instance_types[0]"
+    assert error.problem == "g6.12xlarge has no NVMe instance store for the model cache"
+    assert "set nvme_cache to false" in error.fix
+
+
+def test_named_placement_group_excludes_creating_one():
+    error = rejection(spec({"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 1,
+                            "efa": {"enabled": True, "placement_group": "reserved-pg"}}))
+
+    assert error.path == "node_pools[0].efa.placement_group"
+    assert "'reserved-pg' is named and create_placement_group is true" in error.problem
+
+
+@pytest.mark.parametrize(
+    ("names", "path", "problem"),
+    [
+        (["h100", "h100-spot"], "node_pools[1].name", "like the 'spot' resources of pool 'h100'"),
+        (["h100", "h100-launch-template-b"], "node_pools[1].name", "like the 'launch-template' resources"),
+        (["network"], "node_pools[0].name", "like the stack's own 'network' resources"),
+        (["eks-system"], "node_pools[0].name", "like the stack's own 'eks' resources"),
+    ],
+)
+def test_pool_names_that_would_repeat_resource_names(names, path, problem):
+    pools = [{"name": n, "instance_types": ["g6.12xlarge"], "max_nodes": 1} for n in names]
+
+    with pytest.raises(SpecError) as caught:
+        check_resource_names(StackSpec.model_validate(spec(*pools)))
+
+    assert caught.value.path == path
+    assert problem in caught.value.problem
+
+
+def test_environment_name_too_long_for_iam_role_names():
+    document = spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 1}, environment="e" * 36)
+
+    with pytest.raises(SpecError) as caught:
+        check_resource_names(StackSpec.model_validate(document))
+
+    assert caught.value.path == "environment"
+    assert f"IAM role '{'e' * 36}-weights-model-reader' plus Pulumi's 8-character suffix" in caught.value.problem
+    assert caught.value.fix == "shorten the environment name to at most 35 characters"
+
+
+def test_pool_name_too_long_for_eks_node_group_names():
+    document = spec({"name": "p" * 30, "instance_types": ["g6.12xlarge"], "max_nodes": 1}, environment="e" * 20)
+
+    with pytest.raises(SpecError) as caught:
+        check_resource_names(StackSpec.model_validate(document))
+
+    assert caught.value.path == "node_pools[0].name"
+    assert "longer than EKS's 63 characters" in caught.value.problem
+    assert caught.value.fix == "shorten the pool or environment name by 1 character"
+
+
+def test_distinct_pool_names_sharing_a_prefix_are_fine():
+    pools = [{"name": n, "instance_types": ["g6.12xlarge"], "max_nodes": 1} for n in ("a100", "a100-mig", "spot")]
+
+    check_resource_names(StackSpec.model_validate(spec(*pools)))
+
+
+def test_vpc_too_small_for_its_zones():
+    with pytest.raises(SpecError) as caught:
+        subnet_layout("10.0.0.0/24", 4)
+
+    assert caught.value.path == "cluster.network.vpc_cidr"
+    assert "public subnets would be /29, below AWS's /28 minimum" in caught.value.problem
+
+
+def test_vpc_cidr_with_host_bits():
+    with pytest.raises(SpecError, match="clear the host bits"):
+        subnet_layout("10.0.0.1/16", 3)
+
+
+def test_pool_zones_missing_from_existing_subnets():
+    with pytest.raises(SpecError) as caught:
+        subnets_in_zones(["subnet-0a", "subnet-0b"], ["us-east-1a", "us-east-1b"], ["us-east-1d"],
+                         "node_pools[0].availability_zones")
+
+    assert caught.value.path == "node_pools[0].availability_zones"
+    assert caught.value.problem == (
+        "none of the cluster's subnets is in us-east-1d; they are subnet-0a (us-east-1a), subnet-0b (us-east-1b)"
+    )
+
+
+def test_existing_subnets_are_ordered_by_the_pool_s_zones():
+    ids, zones = ["subnet-0a", "subnet-0b", "subnet-0c"], ["us-east-1a", "us-east-1b", "us-east-1c"]
+
+    assert subnets_in_zones(ids, zones, ["us-east-1c", "us-east-1a"], "p") == ["subnet-0c", "subnet-0a"]

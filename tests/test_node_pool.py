@@ -1,0 +1,147 @@
+"""A pool's pure parts: its capacity split, EFA interface layout, labels, taints and user data."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferstack import conventions
+from inferstack.aws.node_pool import (
+    NodeGroupPlan,
+    efa_interface_layout,
+    node_labels,
+    node_taints,
+    plan_node_groups,
+    render_user_data,
+)
+from inferstack.spec import NodePoolSpec
+from inferstack.spec.pools import PoolHardware
+
+RESERVATION = "cr-0123456789abcdef0"
+
+
+def pool(**changes) -> NodePoolSpec:
+    fields = {"name": "h100", "instance_types": ["p5.48xlarge", "p5e.48xlarge"], "max_nodes": 4}
+    fields.update(changes)
+    return NodePoolSpec.model_validate(fields)
+
+
+def sizes(plans: list[NodeGroupPlan]) -> list[tuple]:
+    return [(p.suffix, p.capacity_type, p.capacity_label, p.instance_types, p.min_size, p.max_size, p.desired_size)
+            for p in plans]
+
+
+BOTH = ("p5.48xlarge", "p5e.48xlarge")
+PRIMARY = ("p5.48xlarge",)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        pytest.param({}, [("spot", "SPOT", "spot", BOTH, 0, 4, 0)], id="all spot"),
+        pytest.param(
+            {"min_nodes": 3, "capacity": {"on_demand_base": 1}},
+            [("on-demand", "ON_DEMAND", "on-demand", PRIMARY, 1, 1, 1), ("spot", "SPOT", "spot", BOTH, 2, 3, 2)],
+            id="baseline plus spot; min beyond the baseline goes to spot",
+        ),
+        pytest.param(
+            {"capacity": {"on_demand_base": 4}},
+            [("on-demand", "ON_DEMAND", "on-demand", PRIMARY, 4, 4, 4)],
+            id="baseline fills the pool",
+        ),
+        pytest.param(
+            {"capacity": {"on_demand_base": 1, "spot": False}},
+            [("on-demand", "ON_DEMAND", "on-demand", PRIMARY, 1, 1, 1),
+             ("on-demand-burst", "ON_DEMAND", "on-demand", BOTH, 0, 3, 0)],
+            id="no spot: the burst is on-demand",
+        ),
+        pytest.param(
+            {"capacity": {"on_demand_base": 2, "reservation": {"kind": "odcr", "id": RESERVATION}}},
+            [("reserved", "ON_DEMAND", "reserved", PRIMARY, 2, 2, 2), ("spot", "SPOT", "spot", BOTH, 0, 2, 0)],
+            id="on-demand capacity reservation",
+        ),
+        pytest.param(
+            {"capacity": {"on_demand_base": 2, "reservation": {"kind": "capacity_block", "id": RESERVATION}}},
+            [("capacity-block", "CAPACITY_BLOCK", "reserved", PRIMARY, 2, 2, 2), ("spot", "SPOT", "spot", BOTH, 0, 2, 0)],
+            id="capacity block",
+        ),
+    ],
+)
+def test_capacity_split(changes, expected):
+    assert sizes(plan_node_groups(pool(**changes))) == expected
+
+
+def test_node_groups_never_exceed_max_nodes():
+    for base in range(0, 5):
+        for low in range(0, 5):
+            spec = pool(min_nodes=low, capacity={"on_demand_base": base})
+            plans = plan_node_groups(spec)
+            assert sum(p.max_size for p in plans) == 4
+            assert sum(p.min_size for p in plans) == max(low, base)
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        (1, [(0, 0, "interface"), (0, 1, "efa-only")]),
+        (4, [(0, 0, "interface"), (0, 1, "efa-only"), (1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only")]),
+    ],
+)
+def test_efa_layout_puts_ena_first_and_one_efa_only_per_card(count, expected):
+    assert efa_interface_layout(count) == expected
+
+
+def test_efa_layout_needs_an_interface():
+    with pytest.raises(ValueError, match="at least one EFA interface"):
+        efa_interface_layout(0)
+
+
+def test_efa_interfaces_follow_the_catalog():
+    assert PoolHardware(pool(efa=True)).efa_interfaces == 32
+    assert PoolHardware(pool(instance_types=["p5en.48xlarge"], efa=True)).efa_interfaces == 16
+    assert PoolHardware(pool(efa=False)).efa_interfaces == 0
+
+
+@pytest.mark.parametrize(
+    ("sharing", "extra"),
+    [
+        ({"mode": "none"}, {}),
+        ({"mode": "mig", "layout": {"3g.40gb": 2}}, {conventions.MIG_CONFIG_LABEL: "inferstack-h100"}),
+        ({"mode": "time_slicing", "replicas": 4}, {conventions.DEVICE_PLUGIN_CONFIG_LABEL: "h100"}),
+        ({"mode": "mps", "replicas": 2}, {conventions.DEVICE_PLUGIN_CONFIG_LABEL: "h100"}),
+    ],
+)
+def test_labels_follow_gpu_sharing(sharing, extra):
+    spec = pool(gpu_sharing=sharing, labels={"team": "search"})
+
+    assert node_labels(spec, PoolHardware(spec), "spot") == {
+        conventions.POOL_LABEL: "h100",
+        conventions.GPU_LABEL: "H100",
+        conventions.CAPACITY_LABEL: "spot",
+        conventions.SHARING_LABEL: sharing["mode"],
+        **extra,
+        "team": "search",
+    }
+
+
+def test_taints_always_start_with_the_gpu_taint():
+    taints = node_taints(pool(taints=[{"key": "tier", "value": "online", "effect": "NoExecute"}, {"key": "spot-ok"}]))
+
+    assert [(t.key, t.value, t.effect) for t in taints] == [
+        ("nvidia.com/gpu", "true", "NO_SCHEDULE"),
+        ("tier", "online", "NO_EXECUTE"),
+        ("spot-ok", None, "NO_SCHEDULE"),
+    ]
+
+
+def test_user_data_is_mime_with_a_node_config_part():
+    text = render_user_data("RAID10")
+
+    assert text.startswith("MIME-Version: 1.0\nContent-Type: multipart/mixed;")
+    assert "Content-Type: application/node.eks.aws\n" in text
+    assert "      strategy: RAID10\n" in text
+    assert text.rstrip().endswith("--")
+
+
+def test_user_data_refuses_unknown_strategies():
+    with pytest.raises(ValueError, match="'Mount' is not RAID0 or RAID10"):
+        render_user_data("Mount")
