@@ -14,12 +14,24 @@ def deploy(spec: StackSpec) -> None:
     """Create every layer of the platform for one stack spec and export its outputs."""
     from inferstack.aws.foundation import AwsFoundation, AwsFoundationArgs
 
+    from inferstack.platform import ClusterPlatform, ClusterPlatformArgs
+
     aws = AwsFoundation(spec.environment, AwsFoundationArgs(spec=spec))
+    platform = ClusterPlatform(
+        f"{spec.environment}-platform",
+        ClusterPlatformArgs(
+            spec=spec,
+            cluster_name=aws.cluster_name,
+            node_pool_dependencies=[group for pool in aws.node_pools.values() for group in pool.node_groups],
+        ),
+        pulumi.ResourceOptions(providers={"kubernetes": aws.kubernetes_provider, "aws": aws.aws_provider}),
+    )
     pulumi.export("cluster_name", aws.cluster_name)
     pulumi.export("cluster_endpoint", aws.cluster_endpoint)
     pulumi.export("kubeconfig", aws.kubeconfig)
     pulumi.export("node_pools", aws.node_pool_names)
     pulumi.export("weights_bucket", aws.weights_bucket)
+    pulumi.export("prometheus_url", platform.prometheus_url)
 
 
 def deploy_or_fail(stacks_dir: Path, stack_name: str) -> None:

@@ -91,6 +91,7 @@ class AwsFoundation(pulumi.ComponentResource):
     node_pools: dict[str, GpuNodePool]
     cluster: ClusterRef  # security group, VPC and subnets for layers that add their own AWS resources
     kubernetes_provider: pulumi.ProviderResource  # a pulumi_kubernetes.Provider for this cluster
+    aws_provider: pulumi.ProviderResource  # region and default tags from the spec, for layers that add AWS resources
 
     def __init__(self, name: str, args: AwsFoundationArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         spec = args.spec
@@ -107,6 +108,7 @@ class AwsFoundation(pulumi.ComponentResource):
             None,
             pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[provider])),
         )
+        self.aws_provider = provider
         child = pulumi.ResourceOptions(parent=self)
         partition = policies.partition_of(spec.region)
 

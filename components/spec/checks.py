@@ -27,6 +27,7 @@ RESERVED_LABELS = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
 def check_stack(spec: StackSpec) -> None:
     _unique_names(spec)
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
+    _check_gpu_operator(spec)
     _check_cluster(spec)
     for i, model in enumerate(spec.models):
         _check_model(spec, i, pools)
@@ -225,6 +226,32 @@ def _check_sharing(path: str, hardware: PoolHardware) -> None:
                 f"not {quoted(sharing.layout)}",
                 "use strategy 'mixed' or a single profile",
             )
+
+
+def _check_gpu_operator(spec: StackSpec) -> None:
+    """The GPU operator sets one MIG strategy for every node, and its device plugin refuses MPS under 'mixed'."""
+    mig = [(i, p) for i, p in enumerate(spec.node_pools) if isinstance(p.gpu_sharing, MigSharing)]
+    if not mig:
+        return
+    _, first = mig[0]
+    strategy = first.gpu_sharing.strategy
+    for i, pool in mig[1:]:
+        if pool.gpu_sharing.strategy != strategy:
+            raise SpecError(
+                f"node_pools[{i}].gpu_sharing.strategy",
+                f"the GPU operator applies one MIG strategy to the whole cluster, but pool {first.name!r} uses "
+                f"{strategy!r} and pool {pool.name!r} uses {pool.gpu_sharing.strategy!r}",
+                f"use the same strategy on every MIG pool, e.g. {strategy!r}",
+            )
+    if strategy == "mixed":
+        for i, pool in enumerate(spec.node_pools):
+            if isinstance(pool.gpu_sharing, MpsSharing):
+                raise SpecError(
+                    f"node_pools[{i}].gpu_sharing.mode",
+                    f"the NVIDIA device plugin refuses MPS when the cluster's MIG strategy is 'mixed' "
+                    f"(set by pool {first.name!r})",
+                    "use time_slicing on this pool, or strategy 'single' on the MIG pools",
+                )
 
 
 # ---------------------------------------------------------------------------------------------- cluster
