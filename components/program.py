@@ -13,8 +13,8 @@ from inferstack.stacks import StackNotFound, load_stack
 def deploy(spec: StackSpec) -> None:
     """Create every layer of the platform for one stack spec and export its outputs."""
     from inferstack.aws.foundation import AwsFoundation, AwsFoundationArgs
-
     from inferstack.platform import ClusterPlatform, ClusterPlatformArgs
+    from inferstack.serving.serving import Serving, ServingArgs
 
     aws = AwsFoundation(spec.environment, AwsFoundationArgs(spec=spec))
     platform = ClusterPlatform(
@@ -25,6 +25,17 @@ def deploy(spec: StackSpec) -> None:
             node_pool_dependencies=[group for pool in aws.node_pools.values() for group in pool.node_groups],
         ),
         pulumi.ResourceOptions(providers={"kubernetes": aws.kubernetes_provider, "aws": aws.aws_provider}),
+    )
+    Serving(
+        f"{spec.environment}-serving",
+        ServingArgs(
+            spec=spec,
+            weights_bucket=aws.weights_bucket,
+            prometheus_url=platform.prometheus_url,
+            crd_dependencies=platform.crd_releases,
+            namespaces=platform.namespaces,
+        ),
+        pulumi.ResourceOptions(providers={"kubernetes": aws.kubernetes_provider}),
     )
     pulumi.export("cluster_name", aws.cluster_name)
     pulumi.export("cluster_endpoint", aws.cluster_endpoint)

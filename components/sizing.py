@@ -1,54 +1,101 @@
 """GPU memory sizing for a model service: weights, KV cache per token, and what fits.
 
-Pure functions over the spec and the catalog. The model: vLLM takes `gpu_memory_utilization` of
-each device, keeps the weight shard and a fixed activation/CUDA-graph reserve, and gives the rest
-to the KV cache, which is shared by every token of every running sequence.
+Pure functions over the spec and the catalogs. The model follows how vLLM 0.33 budgets memory:
+each device (GPU, MIG slice or GPU share) gives `gpu_memory_utilization` of its memory; from that
+it keeps its shard of the weights and a runtime reserve (CUDA context and graphs, collective
+buffers, the activation peak of one scheduler step, the sampler's logits) and hands the rest to
+the KV cache. Tensor parallelism splits KV heads across devices (replicating them when there are
+fewer heads than devices); pipeline parallelism splits layers. A replica's token capacity is what
+one device's KV cache holds, as every device holds its slice of every token.
+
+A spec that cannot start (weights too large, or not one full-length sequence in the KV cache) is
+rejected by `check_fit` with the numbers and the changes that would fit.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, TimeSlicing
+from inferstack.catalog.models import vocabulary_facts
+from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
+from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 
 GIB = 1024**3
+MIB = 1024**2
 
-# Bytes per parameter of the stored weights. 4-bit formats carry per-group scales (and zeros) in
-# 16 bits for every 128 weights: 0.5 + 4/128 bytes.
+DTYPE_BYTES = 2  # bfloat16 / float16 weights and activations
+# Bytes per quantized parameter. 4-bit formats (AWQ, GPTQ, compressed-tensors W4A16) store a 16-bit
+# scale and a 4-bit zero point for every group of 128 weights: 0.5 + 2.5/128 bytes.
 BYTES_PER_PARAM = {
     "none": 2.0,
     "fp8": 1.0,
     "int8": 1.0,
-    "int4": 0.5 + 4 / 128,
-    "awq": 0.5 + 4 / 128,
-    "gptq": 0.5 + 4 / 128,
+    "int4": 0.5 + 2.5 / 128,
+    "awq": 0.5 + 2.5 / 128,
+    "gptq": 0.5 + 2.5 / 128,
 }
 KV_BYTES = {"auto": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-# Activations, CUDA graphs and the sampler's buffers per device, outside the KV cache (vLLM profiles
-# this at start-up; 1.5 GiB is typical for 7-70B models at the default batch sizes).
+LOGIT_BYTES = 4  # the sampler works on float32 logits
+
+# CUDA context, cuBLAS workspaces and captured CUDA graphs, per device.
 RUNTIME_RESERVE_BYTES = int(1.5 * GIB)
+# NCCL buffers when a replica spans devices (tensor or pipeline parallel).
+COLLECTIVE_RESERVE_BYTES = int(0.5 * GIB)
+# Peak activation memory of a profiling step, per scheduled token and unit of hidden size: about 20
+# live 16-bit hidden-width tensors (QKV, the fused gate/up MLP at ~3.5x hidden, residuals). vLLM's
+# own profile of an 8B Llama at 8192 batched tokens reports ~1.2 GiB, which this reproduces.
+ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 20 * DTYPE_BYTES
+
+# Model start-up: engine start (torch.compile, CUDA graph capture) plus reading the weights from the
+# node's NVMe cache at a conservative rate.
+ENGINE_START_SECONDS = 180
+WEIGHTS_READ_BYTES_PER_SECOND = 500 * 10**6
 
 
 @dataclass(frozen=True)
 class Fit:
-    """How one replica of a model sits on its devices."""
+    """How one replica of a model sits on its devices; every byte figure is exact and reproducible by hand."""
 
-    devices: int                 # GPUs, slices or shares the replica occupies
-    device_memory_bytes: int     # memory of one such device
-    weights_bytes: int           # whole model
-    kv_bytes_per_token: int      # all layers, K and V
-    kv_cache_bytes: int          # KV cache across the replica's devices
+    devices: int                           # GPUs, slices or shares the replica occupies
+    device_memory_bytes: int               # memory of one such device
+    gpu_memory_utilization: float
+    weights_bytes: int                     # whole model
+    reserve_bytes_per_device: int          # runtime reserve outside weights and KV cache
+    kv_bytes_per_token: int                # whole model: all layers, all KV heads, K and V
+    kv_bytes_per_token_per_device: int     # one device's slice of a token
     max_model_len: int
 
     @property
+    def budget_bytes_per_device(self) -> int:
+        return int(self.device_memory_bytes * self.gpu_memory_utilization)
+
+    @property
+    def weights_bytes_per_device(self) -> int:
+        return math.ceil(self.weights_bytes / self.devices)
+
+    @property
+    def kv_cache_bytes_per_device(self) -> int:
+        return max(0, self.budget_bytes_per_device - self.weights_bytes_per_device - self.reserve_bytes_per_device)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.kv_cache_bytes_per_device * self.devices
+
+    @property
     def kv_tokens(self) -> int:
-        return max(0, self.kv_cache_bytes // self.kv_bytes_per_token)
+        """Tokens the replica's KV cache holds at once, across all running sequences."""
+        return self.kv_cache_bytes_per_device // self.kv_bytes_per_token_per_device
 
     @property
     def max_concurrency(self) -> int:
-        """Full-length sequences the KV cache holds at once."""
+        """Full-length (max_model_len) sequences the KV cache holds at once."""
         return self.kv_tokens // self.max_model_len
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.kv_cache_bytes_per_device > 0
 
     @property
     def fits(self) -> bool:
@@ -59,8 +106,31 @@ class Fit:
         return self.devices * self.device_memory_bytes
 
 
+# ------------------------------------------------------------------------------------------- weights
+
+
+def embedding_params(model: ModelServiceSpec) -> int:
+    """Parameters of the token embedding and LM head, which quantized checkpoints keep in 16 bits.
+
+    0 when the vocabulary is unknown (a model given only by `architecture`): every parameter is then
+    counted at the quantized width.
+    """
+    vocab = vocabulary_facts(model.model)
+    if vocab is None:
+        return 0
+    matrices = 1 if vocab["tied_embeddings"] or model.resolved_architecture.task == "embed" else 2
+    return vocab["vocab_size"] * model.resolved_architecture.hidden_size * matrices
+
+
 def weights_bytes(model: ModelServiceSpec) -> int:
-    return int(model.resolved_architecture.params_billion * 1e9 * BYTES_PER_PARAM[model.quantization])
+    params = round(model.resolved_architecture.params_billion * 1e9)
+    if model.quantization == "none":
+        return params * DTYPE_BYTES
+    embedding = embedding_params(model)
+    return int(embedding * DTYPE_BYTES + (params - embedding) * BYTES_PER_PARAM[model.quantization])
+
+
+# ------------------------------------------------------------------------------------------ KV cache
 
 
 def kv_bytes_per_token(model: ModelServiceSpec) -> int:
@@ -68,10 +138,21 @@ def kv_bytes_per_token(model: ModelServiceSpec) -> int:
     return 2 * arch.layers * arch.kv_heads * arch.head_dim * KV_BYTES[model.kv_cache_dtype]
 
 
+def kv_bytes_per_token_per_device(model: ModelServiceSpec) -> int:
+    """One device's share of a token: its layers (pipeline stage) and its KV heads (tensor rank)."""
+    arch = model.resolved_architecture
+    layers = math.ceil(arch.layers / model.pipeline_parallel)
+    heads = max(1, arch.kv_heads // model.tensor_parallel)
+    return 2 * layers * heads * arch.head_dim * KV_BYTES[model.kv_cache_dtype]
+
+
+# ------------------------------------------------------------------------------------------- devices
+
+
 def device_memory_bytes(model: ModelServiceSpec, hardware: PoolHardware) -> int:
     """Memory of the device one shard of the replica gets: a GPU, a MIG slice or a GPU share."""
     sharing = hardware.spec.gpu_sharing
-    gpu_bytes = hardware.gpu.memory_mib * 1024 * 1024
+    gpu_bytes = hardware.gpu.memory_mib * MIB
     if isinstance(sharing, MigSharing):
         profile_name = model.mig_profile or next(iter(sharing.layout))
         return hardware.gpu.mig_profile(profile_name).memory_gb * 10**9
@@ -80,16 +161,206 @@ def device_memory_bytes(model: ModelServiceSpec, hardware: PoolHardware) -> int:
     return gpu_bytes
 
 
+def _visible_device_bytes(model: ModelServiceSpec, hardware: PoolHardware) -> int:
+    """What vLLM sees as the device's total memory: a MIG slice is its own device, a share is not."""
+    if isinstance(hardware.spec.gpu_sharing, MigSharing):
+        return device_memory_bytes(model, hardware)
+    return hardware.gpu.memory_mib * MIB
+
+
+def scheduler_defaults(model: ModelServiceSpec, hardware: PoolHardware) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM 0.33 resolves them for the OpenAI server."""
+    visible_gib = _visible_device_bytes(model, hardware) / GIB
+    if visible_gib >= 160:
+        tokens, seqs = 16384, 1024
+    elif visible_gib >= 70 and "A100" not in hardware.gpu.name:
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    tokens = model.max_num_batched_tokens or tokens
+    if not model.enable_chunked_prefill:
+        # Without chunked prefill a whole prompt is one step.
+        tokens = max(tokens, model.max_model_len)
+    return tokens, model.max_num_seqs or seqs
+
+
+def reserve_bytes_per_device(model: ModelServiceSpec, hardware: PoolHardware) -> int:
+    arch = model.resolved_architecture
+    tp = model.tensor_parallel
+    batched_tokens, seqs = scheduler_defaults(model, hardware)
+    reserve = RUNTIME_RESERVE_BYTES
+    if model.gpus_per_replica > 1:
+        reserve += COLLECTIVE_RESERVE_BYTES
+    reserve += batched_tokens * arch.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN // tp
+    vocab = vocabulary_facts(model.model)
+    if vocab is not None and arch.task == "generate":
+        reserve += seqs * vocab["vocab_size"] * LOGIT_BYTES // tp
+    return reserve
+
+
 def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
-    devices = model.gpus_per_replica
-    memory = device_memory_bytes(model, hardware)
-    weights = weights_bytes(model)
-    usable = memory * model.gpu_memory_utilization - weights / devices - RUNTIME_RESERVE_BYTES
     return Fit(
-        devices=devices,
-        device_memory_bytes=memory,
-        weights_bytes=weights,
+        devices=model.gpus_per_replica,
+        device_memory_bytes=device_memory_bytes(model, hardware),
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        weights_bytes=weights_bytes(model),
+        reserve_bytes_per_device=reserve_bytes_per_device(model, hardware),
         kv_bytes_per_token=kv_bytes_per_token(model),
-        kv_cache_bytes=int(max(0, usable) * devices),
+        kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model),
         max_model_len=model.max_model_len,
     )
+
+
+def load_seconds(model: ModelServiceSpec) -> int:
+    """Seconds from container start until vLLM serves: the startup probe and scale-down windows use it."""
+    return ENGINE_START_SECONDS + math.ceil(weights_bytes(model) / WEIGHTS_READ_BYTES_PER_SECOND)
+
+
+# ------------------------------------------------------------------------------------- rejections
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def device_name(model: ModelServiceSpec, hardware: PoolHardware) -> str:
+    sharing = hardware.spec.gpu_sharing
+    if isinstance(sharing, MigSharing):
+        return f"{hardware.gpu.name} MIG slice {model.mig_profile or next(iter(sharing.layout))}"
+    if isinstance(sharing, (TimeSlicing, MpsSharing)):
+        return f"1/{sharing.replicas} of a {hardware.gpu.name} ({sharing.mode})"
+    return hardware.gpu.name
+
+
+def parallelism_problem(model: ModelServiceSpec) -> str | None:
+    """vLLM's own split rules: heads divide by tensor_parallel, layers cover the pipeline stages."""
+    arch = model.resolved_architecture
+    tp = model.tensor_parallel
+    if arch.attention_heads % tp:
+        return f"{arch.attention_heads} attention heads do not split evenly over tensor_parallel {tp}"
+    if arch.kv_heads % tp and tp % arch.kv_heads:
+        return f"{arch.kv_heads} KV heads and tensor_parallel {tp}: neither divides the other"
+    if arch.layers < model.pipeline_parallel:
+        return f"{arch.layers} layers cannot fill {model.pipeline_parallel} pipeline stages"
+    return None
+
+
+def _valid_tensor_parallel(model: ModelServiceSpec, per_node: int) -> list[int]:
+    return [
+        tp for tp in range(1, per_node + 1)
+        if per_node % tp == 0 and parallelism_problem(model.model_copy(update={"tensor_parallel": tp})) is None
+    ]
+
+
+def _describe(result: Fit) -> str:
+    return f"{result.max_concurrency} x {result.max_model_len}-token sequences"
+
+
+def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
+    """Single changes that make the model fit, cheapest first within each kind, with what each gives."""
+    options: list[str] = []
+    sharing = hardware.spec.gpu_sharing
+
+    # Lower precision: KV cache first (no new checkpoint needed), then the weights.
+    candidates: list[dict] = []
+    if model.kv_cache_dtype == "auto":
+        candidates.append({"kv_cache_dtype": "fp8"})
+    for quantization in ("fp8", "int4"):
+        if BYTES_PER_PARAM[quantization] < BYTES_PER_PARAM[model.quantization]:
+            candidates.append({"quantization": quantization})
+            if model.kv_cache_dtype == "auto":
+                candidates.append({"quantization": quantization, "kv_cache_dtype": "fp8"})
+    for update in candidates:
+        result = fit(model.model_copy(update=update), hardware)
+        if result.fits:
+            change = ", ".join(f"{k} {v!r}" for k, v in update.items())
+            checkpoint = " (an FP8 or 4-bit checkpoint of the model)" if "quantization" in update else ""
+            options.append(f"lower precision: {change}{checkpoint} gives {_describe(result)}")
+            break
+
+    # More GPUs: tensor parallel inside a node, then pipeline stages across nodes.
+    whole = hardware
+    if not isinstance(sharing, NoSharing):
+        whole = PoolHardware(hardware.spec.model_copy(update={"gpu_sharing": NoSharing()}))
+    layouts = sorted(
+        ((tp, pp) for tp in _valid_tensor_parallel(model, whole.gpus_per_node)
+         for pp in range(1, max(hardware.spec.max_nodes, 1) + 1)),
+        key=lambda layout: (layout[0] * layout[1], layout[1]),
+    )
+    for tp, pp in layouts:
+        if (tp, pp) == (model.tensor_parallel, model.pipeline_parallel) and whole is hardware:
+            continue
+        if tp * pp < model.gpus_per_replica:
+            continue
+        candidate = model.model_copy(update={"tensor_parallel": tp, "pipeline_parallel": pp, "mig_profile": None})
+        result = fit(candidate, whole)
+        if result.fits:
+            where = "" if whole is hardware else f" on a pool of whole {hardware.gpu.name}s"
+            options.append(
+                f"more GPUs: tensor_parallel {tp}, pipeline_parallel {pp} ({tp * pp} GPU{'s' if tp * pp > 1 else ''})"
+                f"{where} gives {_describe(result)}"
+            )
+            break
+
+    # A larger slice of the GPU.
+    if isinstance(sharing, MigSharing):
+        size = device_memory_bytes(model, hardware)
+        for profile in sorted(hardware.gpu.mig_profiles, key=lambda p: (p.memory_gb, p.compute_slices)):
+            if profile.memory_gb * 10**9 <= size or "+" in profile.name:
+                continue
+            result = fit(model.model_copy(update={"mig_profile": profile.name}), hardware)
+            if result.fits:
+                layout = "" if profile.name in sharing.layout else " (add it to the pool's MIG layout)"
+                options.append(f"larger slice: mig_profile {profile.name!r}{layout} gives {_describe(result)}")
+                break
+    elif isinstance(sharing, (TimeSlicing, MpsSharing)):
+        for replicas in range(sharing.replicas - 1, 1, -1):
+            fewer = sharing.model_copy(update={"replicas": replicas})
+            shared = PoolHardware(hardware.spec.model_copy(update={"gpu_sharing": fewer}))
+            result = fit(model, shared)
+            if result.fits:
+                options.append(f"larger share: {sharing.mode} replicas {replicas} per GPU gives {_describe(result)}")
+                break
+
+    # A shorter context, when the weights fit at all.
+    result = fit(model, hardware)
+    if result.weights_fit and result.kv_tokens >= 128 and not result.fits:
+        options.append(f"shorter context: max_model_len {result.kv_tokens} or less (1 sequence at a time)")
+    return options
+
+
+def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """Raise SpecError when vLLM could not start this service on its pool, with the numbers and the options."""
+    problem = parallelism_problem(model)
+    if problem is not None:
+        valid = _valid_tensor_parallel(model, hardware.gpus_per_node)
+        raise SpecError(f"{path}.tensor_parallel", problem, f"use tensor_parallel in {valid}")
+    result = fit(model, hardware)
+    if result.fits:
+        return
+    device = device_name(model, hardware)
+    budget = (
+        f"a {device} gives {_gib(result.budget_bytes_per_device)} at gpu_memory_utilization "
+        f"{model.gpu_memory_utilization}"
+    )
+    if not result.weights_fit:
+        precision = model.dtype if model.quantization == "none" else model.quantization
+        where = f"{precision} weights of {_gib(result.weights_bytes)}"
+        problem = (
+            f"{model.model} does not fit: {where} over {result.devices} device(s) need "
+            f"{_gib(result.weights_bytes_per_device)} each plus {_gib(result.reserve_bytes_per_device)} runtime "
+            f"reserve, but {budget}"
+        )
+        field = "quantization"
+    else:
+        problem = (
+            f"{model.model} leaves {_gib(result.kv_cache_bytes_per_device)} per device for the KV cache "
+            f"({budget}; weights {_gib(result.weights_bytes_per_device)}, reserve "
+            f"{_gib(result.reserve_bytes_per_device)}): {result.kv_tokens} tokens at "
+            f"{result.kv_bytes_per_token_per_device} bytes per token per device, fewer than one "
+            f"{model.max_model_len}-token sequence"
+        )
+        field = "max_model_len"
+    options = fit_options(model, hardware)
+    fix = "; or ".join(options) or f"nothing inferstack knows fits it on a {hardware.gpu.name}: use a GPU with more memory"
+    raise SpecError(f"{path}.{field}", problem, fix)

@@ -299,6 +299,9 @@ def _check_model(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) ->
             f"set max_model_len to {max_context} or less",
         )
     _check_placement(spec, path, model, hardware)
+    from inferstack.sizing import check_fit  # sizing imports the spec package; import once it is loaded
+
+    check_fit(path, model, hardware)
     scaling = model.autoscaling
     _min_max(f"{path}.autoscaling", "min_replicas", scaling.min_replicas, "max_replicas", scaling.max_replicas)
     if scaling.min_replicas == 0 and not scaling.scale_to_zero:

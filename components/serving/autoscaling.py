@@ -1,0 +1,146 @@
+"""KEDA ScaledObjects for model services, on the serving metrics vLLM and the endpoint picker export.
+
+Each metric scales the way its meaning asks:
+* queue_depth: total `vllm:num_requests_waiting` of the service, `AverageValue` (HPA divides by replicas),
+  so the target is waiting requests per replica;
+* kv_cache: mean `vllm:kv_cache_usage_perc`, `Value` (HPA multiplies by the replica ratio);
+* epp_queue: the endpoint picker's pool-mean queue `llm_d_epp_average_queue_size`, `Value`.
+
+A replica that is still loading exports no vLLM metrics, so nothing may scale a service down (or to
+zero) faster than a model loads: the cooldown, the initial cooldown and the HPA's scale-down
+stabilization window are all at least the model's load time. Scale-to-zero services also get an
+activation trigger on requests reaching the endpoint picker, the only signal left with no replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_kubernetes.apiextensions import CustomResource
+
+from inferstack.serving import pods
+from inferstack.serving.model_service import ScaleTarget
+from inferstack.sizing import load_seconds
+from inferstack.spec import ModelServiceSpec, StackSpec
+
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+DEFAULT_TARGETS = {"queue_depth": 5.0, "kv_cache": 0.8, "epp_queue": 5.0}
+MAX_STABILIZATION_SECONDS = 3600  # the HPA API's limit
+# Requests in this window keep a scale-to-zero service awake (and wake it).
+ACTIVITY_WINDOW = "10m"
+
+
+def _selector(**labels: str) -> str:
+    return ",".join(f'{key}="{value}"' for key, value in labels.items())
+
+
+def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
+    """The spec's serving metric as a KEDA prometheus trigger."""
+    scaling = model.autoscaling
+    namespace = spec.serving_namespace
+    target = scaling.target or DEFAULT_TARGETS[scaling.metric]
+    if scaling.metric == "queue_depth":
+        query = f"sum(vllm:num_requests_waiting{{{_selector(namespace=namespace, model_name=model.name)}}})"
+        metric_type = "AverageValue"
+    elif scaling.metric == "kv_cache":
+        query = f"avg(vllm:kv_cache_usage_perc{{{_selector(namespace=namespace, model_name=model.name)}}})"
+        metric_type = "Value"
+    else:
+        # The InferencePool (and the `name` label of the picker's pool metrics) is named after the service.
+        query = f"max(llm_d_epp_average_queue_size{{{_selector(namespace=namespace, name=model.name)}}})"
+        metric_type = "Value"
+    return {
+        "type": "prometheus",
+        "name": scaling.metric.replace("_", "-"),
+        "metricType": metric_type,
+        "metadata": {
+            "serverAddress": prometheus,
+            "query": query,
+            "threshold": f"{target:g}",
+            "activationThreshold": "0",
+        },
+    }
+
+
+def activity_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
+    """1 while requests for the model reached the endpoint picker recently, else 0: wakes a service from
+    zero and asks for at most one replica (the serving metric decides beyond that)."""
+    selector = _selector(namespace=spec.serving_namespace, model_name=model.name)
+    return {
+        "type": "prometheus",
+        "name": "requests",
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": prometheus,
+            "query": f"clamp_max(sum(increase(llm_d_epp_request_total{{{selector}}}[{ACTIVITY_WINDOW}])), 1)",
+            "threshold": "1",
+            "activationThreshold": "0",
+        },
+    }
+
+
+def scaled_object_spec(spec: StackSpec, model: ModelServiceSpec, target: ScaleTarget, prometheus: str) -> dict[str, Any]:
+    scaling = model.autoscaling
+    loading = load_seconds(model)
+    body: dict[str, Any] = {
+        "scaleTargetRef": target.as_ref(),
+        "pollingInterval": scaling.polling_interval_seconds,
+        "cooldownPeriod": max(scaling.cooldown_seconds, loading),
+        "initialCooldownPeriod": loading,
+        # With scale-to-zero KEDA keeps minReplicaCount while active and idles at 0 (idle must be below min).
+        "minReplicaCount": max(1, scaling.min_replicas),
+        "maxReplicaCount": scaling.max_replicas,
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": min(MAX_STABILIZATION_SECONDS, max(scaling.cooldown_seconds, loading)),
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    }
+                }
+            }
+        },
+        "triggers": [metric_trigger(spec, model, prometheus)],
+    }
+    if scaling.scale_to_zero:
+        body["idleReplicaCount"] = 0
+        body["triggers"].append(activity_trigger(spec, model, prometheus))
+    return body
+
+
+def needs_scaler(spec: StackSpec, model: ModelServiceSpec) -> bool:
+    scaling = model.autoscaling
+    return spec.platform.keda and (scaling.max_replicas > scaling.min_replicas or scaling.scale_to_zero)
+
+
+@dataclass(frozen=True)
+class ModelAutoscalerArgs:
+    spec: StackSpec
+    model: ModelServiceSpec
+    target: ScaleTarget
+    prometheus_url: str  # where the serving metrics are queried (the platform's Prometheus or the spec's)
+    depends_on: Sequence[pulumi.Resource] = ()  # the workload and the KEDA release (its CRDs)
+
+
+class ModelAutoscaler(pulumi.ComponentResource):
+    """The ScaledObject of one model service."""
+
+    def __init__(self, name: str, args: ModelAutoscalerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:ModelAutoscaler", name, None, opts)
+        model = args.model
+        self.scaled_object = CustomResource(
+            f"{name}-scaledobject",
+            api_version=KEDA_API_VERSION,
+            kind="ScaledObject",
+            metadata={
+                "name": model.name,
+                "namespace": args.spec.serving_namespace,
+                "labels": pods.object_labels(model.name),
+            },
+            spec=scaled_object_spec(args.spec, model, args.target, args.prometheus_url),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        self.register_outputs({"target": args.target.as_ref()})

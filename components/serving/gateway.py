@@ -1,0 +1,386 @@
+"""The inference gateway: one OpenAI-style endpoint for every model service.
+
+* Gateway API and Inference Extension CRDs from their release manifests (no Helm chart ships them),
+  and the llm-d router's CRDs (InferenceObjective lives in `llm-d.ai` since GAIE v1.6.0).
+* The implementation: Istio (base + istiod with the inference extension switched on) or agentgateway
+  (CRDs + controller with `inferenceExtension.enabled`); each provides its GatewayClass.
+* A Gateway, internal to the VPC, and body-based routing that copies the request's `model` field
+  into `X-Gateway-Model-Name` (GAIE's BBR chart on Istio; an agentgateway transformation policy,
+  as that chart only wires Istio and GKE).
+* Per model service, a `ModelRoute`: the endpoint picker (EPP) with prefix-cache-aware scoring, its
+  InferencePool selecting the service's serving pods, an InferenceObjective carrying the tier's
+  priority, and an HTTPRoute matching the model's name.
+
+The EPP is rendered here as plain objects rather than through the `llm-d-router-gateway` chart: with
+`router.inferencePool.create: false` (needed to own and validate the InferencePool) that chart
+switches the picker to its standalone `--endpoint-selector` mode, which reads no InferencePool and
+no InferenceObjectives, so priorities would be lost. Plain objects keep `--pool-name` mode, pin the
+picker's image to the catalog's llm-d-router release, size it for small system nodes, and are
+validated like everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi_kubernetes.apiextensions import CustomResource
+from pulumi_kubernetes.apps.v1 import Deployment
+from pulumi_kubernetes.core.v1 import ConfigMap, Service, ServiceAccount
+from pulumi_kubernetes.rbac.v1 import Role, RoleBinding
+from pulumi_kubernetes.yaml.v2 import ConfigFile
+
+from inferstack.catalog.charts import MANIFESTS, chart
+from inferstack.helm import helm_release
+from inferstack.serving import pods
+from inferstack.serving.model_service import pool_selector
+from inferstack.serving.vllm_args import VLLM_PORT
+from inferstack.spec import ModelServiceSpec, StackSpec
+
+GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
+INFERENCE_GROUP = "inference.networking.k8s.io"
+INFERENCE_POOL_API_VERSION = f"{INFERENCE_GROUP}/v1"
+OBJECTIVE_API_VERSION = "llm-d.ai/v1alpha2"
+AGENTGATEWAY_POLICY_API_VERSION = "agentgateway.dev/v1alpha1"
+MODEL_HEADER = "X-Gateway-Model-Name"
+
+# The picker's image is released with the llm-d router; the catalog pins that release.
+EPP_IMAGE = f"ghcr.io/llm-d/llm-d-router-endpoint-picker:{chart('llm-d-router-gateway').app_version}"
+EPP_EXT_PROC_PORT = 9002
+EPP_HEALTH_PORT = 9003
+EPP_METRICS_PORT = 9090
+EPP_UID = 65532  # the distroless image's nonroot user
+EPP_COMPONENT = "endpoint-picker"
+EPP_CONFIG_FILE = "plugins.yaml"
+
+# Load balancers the implementation creates for the Gateway stay inside the VPC: the AWS Load Balancer
+# Controller reads the scheme annotation, the in-tree controller the internal one.
+INTERNAL_LOAD_BALANCER = {
+    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+}
+
+
+def epp_name(model: ModelServiceSpec) -> str:
+    return f"{model.name}-epp"
+
+
+def picker_config(prefix_cache: bool) -> str:
+    """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on.
+
+    The metrics data source and extractor the scorers read are injected by the picker itself.
+    """
+    scorers = [("queue-scorer", 2), ("kv-cache-utilization-scorer", 2)]
+    if prefix_cache:
+        scorers.append(("prefix-cache-scorer", 3))
+    config = {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [{"type": scorer} for scorer, _ in scorers],
+        "schedulingProfiles": [
+            {"name": "default", "plugins": [{"pluginRef": scorer, "weight": weight} for scorer, weight in scorers]}
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def picker_args(spec: StackSpec, model: ModelServiceSpec) -> list[str]:
+    args = [
+        "--pool-name", model.name,
+        "--pool-namespace", spec.serving_namespace,
+        "--pool-group", INFERENCE_GROUP,
+        "--config-file", f"/config/{EPP_CONFIG_FILE}",
+        "--grpc-health-port", str(EPP_HEALTH_PORT),
+        "--zap-encoder", "json",
+        "--tracing=false",
+        # The platform's PodMonitor scrapes the picker's pool aggregates (KEDA's epp_queue) without a token.
+        "--metrics-endpoint-auth=false",
+    ]
+    if spec.gateway.implementation == "istio":
+        # Istio would need a DestinationRule to speak TLS to the picker's self-signed certificate; the
+        # gateway-to-model-server hop is plain HTTP inside the cluster anyway.
+        args.append("--secure-serving=false")
+    return args
+
+
+def picker_pod_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
+    def grpc_probe(period: int) -> dict[str, Any]:
+        return {"grpc": {"port": EPP_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": period}
+
+    return {
+        "serviceAccountName": epp_name(model),
+        "terminationGracePeriodSeconds": 130,  # drains in-flight ext-proc streams
+        "securityContext": {**pods.POD_SECURITY, "runAsNonRoot": True, "runAsUser": EPP_UID, "runAsGroup": EPP_UID},
+        "containers": [
+            {
+                "name": "epp",
+                "image": EPP_IMAGE,
+                "args": picker_args(spec, model),
+                "env": [
+                    {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ],
+                "ports": [
+                    {"name": "grpc", "containerPort": EPP_EXT_PROC_PORT, "protocol": "TCP"},
+                    {"name": "grpc-health", "containerPort": EPP_HEALTH_PORT, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": EPP_METRICS_PORT, "protocol": "TCP"},
+                ],
+                "livenessProbe": {**grpc_probe(10), "initialDelaySeconds": 5},
+                "readinessProbe": grpc_probe(2),
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+                "securityContext": {**pods.RESTRICTED, "readOnlyRootFilesystem": True},
+                "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
+            }
+        ],
+        "volumes": [{"name": "config", "configMap": {"name": epp_name(model)}}],
+    }
+
+
+def inference_pool_spec(model: ModelServiceSpec) -> dict[str, Any]:
+    return {
+        "selector": {"matchLabels": pool_selector(model)},
+        "targetPorts": [{"number": VLLM_PORT}],
+        "appProtocol": "http",
+        # Without a picker the gateway still spreads requests over the pool's pods.
+        "endpointPickerRef": {
+            "name": epp_name(model),
+            "kind": "Service",
+            "port": {"number": EPP_EXT_PROC_PORT},
+            "failureMode": "FailOpen",
+        },
+    }
+
+
+def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
+    return {
+        "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": spec.gateway.name}],
+        "rules": [
+            {
+                "matches": [
+                    {
+                        "path": {"type": "PathPrefix", "value": "/"},
+                        "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model.name}],
+                    }
+                ],
+                "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": model.name}],
+                "timeouts": {"request": f"{spec.gateway.request_timeout_seconds}s"},
+            }
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class ModelRouteArgs:
+    spec: StackSpec
+    model: ModelServiceSpec
+    gateway: pulumi.Resource
+    crds: Sequence[pulumi.Resource]
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class ModelRoute(pulumi.ComponentResource):
+    """One model behind the gateway: endpoint picker, InferencePool, InferenceObjective, HTTPRoute."""
+
+    def __init__(self, name: str, args: ModelRouteArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:ModelRoute", name, None, opts)
+        spec, model = args.spec, args.model
+        namespace = spec.serving_namespace
+        picker = epp_name(model)
+        labels = pods.object_labels(picker, EPP_COMPONENT)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        with_crds = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.crds])
+
+        self.service_account = ServiceAccount(
+            f"{name}-epp-sa", metadata={"name": picker, "namespace": namespace, "labels": labels}, opts=child
+        )
+        role = Role(
+            f"{name}-epp-role",
+            metadata={"name": picker, "namespace": namespace, "labels": labels},
+            rules=[
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [INFERENCE_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
+                {
+                    "apiGroups": ["llm-d.ai"],
+                    "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+            opts=child,
+        )
+        RoleBinding(
+            f"{name}-epp-rolebinding",
+            metadata={"name": picker, "namespace": namespace, "labels": labels},
+            subjects=[{"kind": "ServiceAccount", "name": picker, "namespace": namespace}],
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": picker},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, self.service_account]),
+        )
+        config = ConfigMap(
+            f"{name}-epp-config",
+            metadata={"name": picker, "namespace": namespace, "labels": labels},
+            data={EPP_CONFIG_FILE: picker_config(spec.gateway.prefix_cache_routing)},
+            opts=child,
+        )
+        Deployment(
+            f"{name}-epp",
+            metadata={"name": picker, "namespace": namespace, "labels": labels},
+            spec={
+                "replicas": 1,
+                # One active picker keeps the prefix-cache index whole; the old one goes before the new starts.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": pods.selector_labels(picker, EPP_COMPONENT)},
+                "template": {"metadata": {"labels": labels}, "spec": picker_pod_spec(spec, model)},
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, config, self.service_account]),
+        )
+        Service(
+            f"{name}-epp-service",
+            metadata={"name": picker, "namespace": namespace, "labels": labels},
+            spec={
+                "type": "ClusterIP",
+                "selector": pods.selector_labels(picker, EPP_COMPONENT),
+                "ports": [
+                    {"name": "grpc-ext-proc", "port": EPP_EXT_PROC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+                    {"name": "http-metrics", "port": EPP_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+                ],
+            },
+            opts=child,
+        )
+        self.pool = CustomResource(
+            f"{name}-pool",
+            api_version=INFERENCE_POOL_API_VERSION,
+            kind="InferencePool",
+            metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
+            spec=inference_pool_spec(model),
+            opts=with_crds,
+        )
+        CustomResource(
+            f"{name}-objective",
+            api_version=OBJECTIVE_API_VERSION,
+            kind="InferenceObjective",
+            metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
+            spec={
+                "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": model.name},
+                "priority": pods.priority_value(spec, model.tier),
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.crds, self.pool]),
+        )
+        self.route = CustomResource(
+            f"{name}-route",
+            api_version=GATEWAY_API_VERSION,
+            kind="HTTPRoute",
+            metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
+            spec=http_route_spec(spec, model),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.crds, args.gateway, self.pool]),
+        )
+        self.register_outputs({"pool": model.name, "picker": picker})
+
+
+@dataclass(frozen=True)
+class InferenceGatewayArgs:
+    spec: StackSpec
+    depends_on: Sequence[pulumi.Resource] = ()  # the serving namespace
+
+
+class InferenceGateway(pulumi.ComponentResource):
+    """CRDs, the gateway implementation, the Gateway, body-based routing and one ModelRoute per model."""
+
+    def __init__(self, name: str, args: InferenceGatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:InferenceGateway", name, None, opts)
+        spec = args.spec
+        gateway = spec.gateway
+        namespace = spec.serving_namespace
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.gateway_api_crds = ConfigFile(f"{name}-gateway-api-crds", file=MANIFESTS["gateway-api-crds"]["url"], opts=child)
+        self.inference_crds = ConfigFile(
+            f"{name}-inference-extension-crds", file=MANIFESTS["inference-extension-crds"]["url"], opts=child
+        )
+        self.router_crds = ConfigFile(f"{name}-llm-d-router-crds", file=MANIFESTS["llm-d-router-crds"]["url"], opts=child)
+
+        controller = self._implementation(name, spec)
+        self.gateway = CustomResource(
+            f"{name}-gateway",
+            api_version=GATEWAY_API_VERSION,
+            kind="Gateway",
+            metadata={"name": gateway.name, "namespace": namespace, "labels": pods.object_labels(gateway.name, "gateway")},
+            spec={
+                "gatewayClassName": gateway.implementation,
+                "listeners": [
+                    {
+                        "name": "http", "port": gateway.port, "protocol": "HTTP",
+                        "allowedRoutes": {"namespaces": {"from": "Same"}},
+                    }
+                ],
+                "infrastructure": {"annotations": dict(INTERNAL_LOAD_BALANCER)},
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.gateway_api_crds, controller]),
+        )
+        if gateway.body_based_routing:
+            self._body_based_routing(name, spec, controller, args.depends_on)
+
+        crds = [self.inference_crds, self.router_crds, self.gateway_api_crds]
+        self.routes = {
+            model.name: ModelRoute(
+                f"{name}-{model.name}",
+                ModelRouteArgs(spec=spec, model=model, gateway=self.gateway, crds=crds, depends_on=args.depends_on),
+                opts=child,
+            )
+            for model in spec.models
+        }
+        self.register_outputs({"gateway": gateway.name, "class": gateway.implementation, "pools": list(self.routes)})
+
+    def _implementation(self, name: str, spec: StackSpec) -> pulumi.Resource:
+        """The controller releases; returns the one the Gateway waits for (it creates the GatewayClass)."""
+        if spec.gateway.implementation == "istio":
+            namespace = chart("istiod").namespace
+            base = helm_release(
+                f"{name}-istio-base", "istio-base", namespace=namespace, values={},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.gateway_api_crds]),
+                release_name="istio-base",
+            )
+            inference = {"ENABLE_GATEWAY_API_INFERENCE_EXTENSION": "true"}
+            return helm_release(
+                f"{name}-istiod", "istiod", namespace=namespace,
+                values={"pilot": {"env": inference}, "meshConfig": {"defaultConfig": {"proxyMetadata": inference}}},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[base, self.inference_crds]),
+            )
+        namespace = chart("agentgateway").namespace
+        crds = helm_release(
+            f"{name}-agentgateway-crds", "agentgateway-crds", namespace=namespace, values={},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.gateway_api_crds]),
+        )
+        return helm_release(
+            f"{name}-agentgateway", "agentgateway", namespace=namespace,
+            values={"inferenceExtension": {"enabled": True}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[crds, self.inference_crds]),
+        )
+
+    def _body_based_routing(
+        self, name: str, spec: StackSpec, controller: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+    ) -> None:
+        """Copy the body's `model` into the routing header, once per Gateway."""
+        opts = pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, controller, self.gateway])
+        if spec.gateway.implementation == "istio":
+            helm_release(
+                f"{name}-body-based-routing", "body-based-routing", namespace=spec.serving_namespace,
+                values={"provider": {"name": "istio"}, "inferenceGateway": {"name": spec.gateway.name}},
+                opts=opts, release_name=f"{spec.gateway.name}-bbr",
+            )
+            return
+        CustomResource(
+            f"{name}-body-based-routing",
+            api_version=AGENTGATEWAY_POLICY_API_VERSION,
+            kind="AgentgatewayPolicy",
+            metadata={"name": f"{spec.gateway.name}-model-header", "namespace": spec.serving_namespace},
+            spec={
+                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": spec.gateway.name}],
+                "traffic": {
+                    "phase": "PreRouting",
+                    "transformation": {"request": {"set": [{"name": MODEL_HEADER, "value": "json(request.body).model"}]}},
+                },
+            },
+            opts=opts,
+        )

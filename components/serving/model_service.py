@@ -1,0 +1,252 @@
+"""One vLLM model service: its workload, ClusterIP Service, PodDisruptionBudget and pre-fetch script.
+
+A replica on one node is a Deployment pod; a replica spanning nodes (pipeline_parallel > 1) is a
+LeaderWorkerSet group of `pipeline_parallel` pods, each holding `tensor_parallel` GPUs of its node,
+started with vLLM's multiprocessing executor and restarted as a whole when any pod fails.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pulumi
+from pulumi_kubernetes.apiextensions import CustomResource
+from pulumi_kubernetes.apps.v1 import Deployment
+from pulumi_kubernetes.core.v1 import ConfigMap, Service
+from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
+
+from inferstack.conventions import MODEL_CACHE_MOUNT, MODEL_READER_SERVICE_ACCOUNT
+from inferstack.serving import pods
+from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
+from inferstack.sizing import load_seconds
+from inferstack.spec import ModelServiceSpec, StackSpec
+from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
+from inferstack.weights.prefetch import render_prefetch_script
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+PROBE_PERIOD_SECONDS = 10
+# Spot nodes get a two-minute notice: stop taking new requests, let in-flight ones finish, exit in time.
+PRE_STOP_SECONDS = 15
+TERMINATION_GRACE_SECONDS = 90
+# Pulumi would otherwise block `up` until GPU pods are Ready, which waits on node provisioning,
+# Kueue admission and model load; readiness is the probes' and KEDA's business.
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+
+
+@dataclass(frozen=True)
+class ModelServiceArgs:
+    spec: StackSpec
+    model: ModelServiceSpec
+    weights_bucket: pulumi.Input[str]
+    depends_on: Sequence[pulumi.Resource] = ()  # namespace, service account, Kueue/LWS releases
+
+
+@dataclass(frozen=True)
+class ScaleTarget:
+    """What a ScaledObject points at."""
+
+    api_version: str
+    kind: str
+    name: str
+
+    def as_ref(self) -> dict[str, str]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+
+
+def pool_selector(model: ModelServiceSpec) -> dict[str, str]:
+    """Labels of the pods that serve HTTP: every pod of a Deployment, the leader of a multi-node group."""
+    labels = pods.selector_labels(model.name)
+    if model.pipeline_parallel > 1:
+        labels[pods.ROLE_LABEL] = "leader"
+    return labels
+
+
+def scale_target(model: ModelServiceSpec) -> ScaleTarget:
+    if model.pipeline_parallel > 1:
+        return ScaleTarget(LWS_API_VERSION, "LeaderWorkerSet", model.name)
+    return ScaleTarget("apps/v1", "Deployment", model.name)
+
+
+def startup_failure_threshold(model: ModelServiceSpec) -> int:
+    """Probe failures allowed before the kubelet gives up on start-up: 1.5x the estimated load time."""
+    return math.ceil(load_seconds(model) * 1.5 / PROBE_PERIOD_SECONDS)
+
+
+def _probes(model: ModelServiceSpec) -> dict[str, Any]:
+    def health(period: int, failures: int, timeout: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": period,
+            "timeoutSeconds": timeout,
+            "failureThreshold": failures,
+        }
+
+    return {
+        "startupProbe": health(PROBE_PERIOD_SECONDS, startup_failure_threshold(model), 5),
+        "readinessProbe": health(PROBE_PERIOD_SECONDS, 3, 5),
+        "livenessProbe": health(30, 4, 10),
+    }
+
+
+def _multi_node_env(hardware: PoolHardware) -> list[dict[str, str]]:
+    """NCCL/Gloo bootstrap on the pod's interface; libfabric's EFA provider with GPUDirect RDMA on EFA pools."""
+    env = [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"}]
+    if hardware.efa_interfaces:
+        env += [
+            {"name": "FI_PROVIDER", "value": "efa"},
+            {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
+            {"name": "FI_EFA_FORK_SAFE", "value": "1"},
+        ]
+    return env
+
+
+def efa_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
+    """EFA interfaces for a multi-node pod: its GPUs' share of the node's interfaces. Single-node
+    replicas talk over NVLink and leave the interfaces to the groups that need them."""
+    if model.pipeline_parallel == 1 or not hardware.efa_interfaces:
+        return {}
+    return {EFA_RESOURCE: max(1, hardware.efa_interfaces * model.tensor_parallel // hardware.gpus_per_node)}
+
+
+def pod_spec(
+    spec: StackSpec, model: ModelServiceSpec, hardware: PoolHardware, role: Literal["single", "leader", "worker"]
+) -> dict[str, Any]:
+    """The pod of one replica (single) or of one node of a multi-node replica (leader, worker)."""
+    millicores, memory = pods.host_resources(model, hardware)
+    extended = {**pods.gpu_requests(model, hardware), **efa_requests(model, hardware)}
+    env = pods.vllm_env(model)
+    if role != "single":
+        env += _multi_node_env(hardware)
+    argv = serve_argv(model, hardware, pods.model_path(model), role=role)
+    container: dict[str, Any] = {
+        "name": "vllm",
+        "image": model.image,
+        "command": argv[:2],
+        "args": argv[2:],
+        "env": env,
+        "resources": pods.resources(millicores, memory, extended),
+        "securityContext": pods.vllm_security_context(),
+        "volumeMounts": pods.vllm_mounts(),
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
+    }
+    if role != "worker":
+        container["ports"] = [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}]
+        container.update(_probes(model))
+    spread = pods.selector_labels(model.name) if role == "single" else None
+    return {
+        "serviceAccountName": MODEL_READER_SERVICE_ACCOUNT,
+        "automountServiceAccountToken": False,
+        # Service links would inject e.g. VLLM_PORT for a Service named "vllm", which vLLM reads as its own setting.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": dict(pods.POD_SECURITY),
+        **pods.placement(hardware, prefer_capacity=pods.preferred_capacity(model.tier), spread_labels=spread),
+        "initContainers": [pods.prefetch_init_container(spec.region, millicores, memory)],
+        "containers": [container],
+        "volumes": pods.cache_volumes(f"{model.name}-prefetch", memory),
+    }
+
+
+def prefetch_script(model: ModelServiceSpec, weights_bucket: pulumi.Input[str]) -> pulumi.Output[str]:
+    bucket, prefix = pods.weights_location(model)
+    return pulumi.Output.from_input(bucket or weights_bucket).apply(
+        lambda name: render_prefetch_script(
+            bucket=name, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=pods.model_key(model)
+        )
+    )
+
+
+class ModelService(pulumi.ComponentResource):
+    """A vLLM service: Deployment or LeaderWorkerSet, Service, PDB and pre-fetch ConfigMap."""
+
+    workload: pulumi.CustomResource
+    target: ScaleTarget
+
+    def __init__(self, name: str, args: ModelServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:ModelService", name, None, opts)
+        spec, model = args.spec, args.model
+        hardware = PoolHardware(spec.pool(model.pool))
+        namespace = spec.serving_namespace
+        labels = pods.object_labels(model.name)
+        queue_labels = pods.kueue_labels(spec, "serving", model.pool, model.tier)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+
+        config_map = ConfigMap(
+            f"{name}-prefetch",
+            metadata={"name": f"{model.name}-prefetch", "namespace": namespace, "labels": labels},
+            data={"prefetch.sh": prefetch_script(model, args.weights_bucket)},
+            opts=child,
+        )
+        scaled = model.autoscaling.max_replicas > model.autoscaling.min_replicas
+        workload_opts = pulumi.ResourceOptions.merge(
+            child,
+            # KEDA owns the replica count once the workload exists.
+            pulumi.ResourceOptions(depends_on=[config_map], ignore_changes=["spec.replicas"] if scaled else None),
+        )
+        metadata = {"name": model.name, "namespace": namespace, "labels": {**labels, **queue_labels}}
+        pod_labels = {**labels, **queue_labels}
+        self.target = scale_target(model)
+        if model.pipeline_parallel > 1:
+            self.workload = CustomResource(
+                f"{name}-lws",
+                api_version=LWS_API_VERSION,
+                kind="LeaderWorkerSet",
+                metadata=metadata,
+                spec={
+                    "replicas": model.autoscaling.min_replicas,
+                    "startupPolicy": "LeaderCreated",
+                    "leaderWorkerTemplate": {
+                        "size": model.pipeline_parallel,
+                        "restartPolicy": "RecreateGroupOnPodRestart",
+                        "leaderTemplate": {
+                            "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "leader"}},
+                            "spec": pod_spec(spec, model, hardware, "leader"),
+                        },
+                        "workerTemplate": {
+                            "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "worker"}},
+                            "spec": pod_spec(spec, model, hardware, "worker"),
+                        },
+                    },
+                },
+                opts=workload_opts,
+            )
+        else:
+            self.workload = Deployment(
+                f"{name}-deployment",
+                metadata={**metadata, "annotations": dict(SKIP_AWAIT)},
+                spec={
+                    "replicas": model.autoscaling.min_replicas,
+                    "revisionHistoryLimit": 3,
+                    # A new pod must load the model before an old one leaves.
+                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "progressDeadlineSeconds": max(600, 2 * load_seconds(model) + 600),
+                    "selector": {"matchLabels": pods.selector_labels(model.name)},
+                    "template": {
+                        "metadata": {"labels": pod_labels},
+                        "spec": pod_spec(spec, model, hardware, "single"),
+                    },
+                },
+                opts=workload_opts,
+            )
+        self.service = Service(
+            f"{name}-service",
+            metadata={"name": model.name, "namespace": namespace, "labels": labels},
+            spec={
+                "type": "ClusterIP",
+                "selector": pool_selector(model),
+                "ports": [
+                    {"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}
+                ],
+            },
+            opts=child,
+        )
+        PodDisruptionBudget(
+            f"{name}-pdb",
+            metadata={"name": model.name, "namespace": namespace, "labels": labels},
+            spec={"maxUnavailable": 1, "selector": {"matchLabels": pods.selector_labels(model.name)}},
+            opts=child,
+        )
+        self.register_outputs({"workload": self.target.as_ref(), "service": model.name})

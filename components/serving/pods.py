@@ -1,0 +1,291 @@
+"""Pod-spec pieces every serving workload shares: labels, placement on a pool, host resources, security
+contexts, the weights pre-fetch init container and its volumes, the Kueue queue a workload joins.
+
+Plain dicts in the Kubernetes API's own (camelCase) shape, so tests read them as `kubectl` would.
+
+Security choices, once for all serving pods:
+* vLLM runs as uid 1000 (`runAsNonRoot`), with HOME on an emptyDir: the upstream image runs as root,
+  but nothing it does needs root. Its root filesystem stays writable because torch, Triton and
+  FlashInfer write JIT caches under paths we do not control.
+* The pre-fetch init container runs as uid 0 with every capability dropped and no privilege
+  escalation: it must create files in the root-owned NVMe cache directory on the node. The hostPath
+  volume already keeps these pods out of the Pod Security "baseline" level, so the serving and batch
+  namespaces cannot enforce it. Every container drops all capabilities, forbids privilege escalation and
+  runs under the RuntimeDefault seccomp profile; all but the pre-fetch container run as non-root.
+* `automountServiceAccountToken: false`: no serving container talks to the Kubernetes API. The
+  init container's S3 access comes from EKS Pod Identity, whose webhook projects its own token
+  (audience `pods.eks.amazonaws.com`, usable only to fetch the model-reader role's credentials),
+  independent of the API token.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from inferstack.catalog.charts import IMAGES
+from inferstack.conventions import (
+    CAPACITY_LABEL,
+    GPU_TAINT_KEY,
+    MANAGED_BY,
+    MODEL_CACHE_HOST_PATH,
+    MODEL_CACHE_MOUNT,
+    POOL_LABEL,
+)
+from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, QueuesSpec, StackSpec, TimeSlicing
+from inferstack.spec.pools import PoolHardware
+
+COMPONENT = "vllm"
+PART_OF = {"app.kubernetes.io/part-of": "inferstack"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+ROLE_LABEL = "inferstack.dev/role"  # leader | worker, on the pods of a multi-node replica
+
+VLLM_UID = 1000
+VLLM_HOME = "/home/vllm"
+# Host share a pod may request: the rest of the node goes to the kubelet, system reserve and DaemonSets.
+HOST_SHARE = 0.75
+MAX_SHM_BYTES = 16 * 1024**3
+GIB = 1024**3
+
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def selector_labels(service: str, component: str = COMPONENT) -> dict[str, str]:
+    return {"app.kubernetes.io/name": service, "app.kubernetes.io/component": component}
+
+
+def object_labels(service: str, component: str = COMPONENT) -> dict[str, str]:
+    return {**selector_labels(service, component), **PART_OF, **MANAGED_BY}
+
+
+def local_queue(spec: StackSpec, role: str, pool: str) -> str | None:
+    """The LocalQueue (named after its ClusterQueue) for a workload of this role on this pool.
+
+    The queue that owns the pool (its `pools`, else every pool of its role) comes first; any queue of
+    the role will do otherwise, since cohort queues borrow each other's GPUs. None without Kueue.
+    """
+    if not spec.queues.enabled:
+        return None
+    pool_role = spec.pool(pool).role
+    queues = [q for q in spec.queues.cluster_queues if q.role == role]
+    for queue in queues:
+        if (queue.pools is None and pool_role == role) or (queue.pools is not None and pool in queue.pools):
+            return queue.name
+    return queues[0].name if queues else None
+
+
+def kueue_labels(spec: StackSpec, role: str, pool: str, priority: str) -> dict[str, str]:
+    queue = local_queue(spec, role, pool)
+    if queue is None:
+        return {}
+    labels = {QUEUE_LABEL: queue}
+    if priority in {p.name for p in spec.queues.priorities}:
+        labels[PRIORITY_LABEL] = priority
+    return labels
+
+
+def priority_value(spec: StackSpec, tier: str) -> int:
+    """The numeric priority of a tier, from the stack's WorkloadPriorityClasses (their defaults without Kueue)."""
+    for priorities in (spec.queues.priorities, QueuesSpec().priorities):
+        for priority in priorities:
+            if priority.name == tier:
+                return priority.value
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- placement
+
+
+def tolerations(hardware: PoolHardware) -> list[dict[str, Any]]:
+    """The GPU taint every pool carries, and the pool's own taints."""
+    result: list[dict[str, Any]] = [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    for taint in hardware.spec.taints:
+        if taint.value is None:
+            result.append({"key": taint.key, "operator": "Exists", "effect": taint.effect})
+        else:
+            result.append({"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect})
+    return result
+
+
+def placement(hardware: PoolHardware, *, prefer_capacity: list[str], spread_labels: dict[str, str] | None) -> dict[str, Any]:
+    """nodeSelector on the pool, its tolerations, a preferred capacity type and (optionally) replicas
+    spread across nodes, preferred rather than required so small pools still pack several replicas."""
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 50,
+                    "preference": {
+                        "matchExpressions": [{"key": CAPACITY_LABEL, "operator": "In", "values": prefer_capacity}]
+                    },
+                }
+            ]
+        }
+    }
+    if spread_labels:
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": dict(spread_labels)},
+                    },
+                }
+            ]
+        }
+    return {"nodeSelector": {POOL_LABEL: hardware.spec.name}, "tolerations": tolerations(hardware), "affinity": affinity}
+
+
+def preferred_capacity(tier: str) -> list[str]:
+    """SLO-bound services prefer the on-demand (or reserved) baseline; the rest prefer spot."""
+    return ["on-demand", "reserved"] if tier == "online" else ["spot"]
+
+
+# ------------------------------------------------------------------------------------------- resources
+
+
+def node_share(model: ModelServiceSpec, hardware: PoolHardware) -> float:
+    """The fraction of a node's GPU capacity one pod takes; host CPU and memory follow the same share."""
+    sharing = hardware.spec.gpu_sharing
+    gpus = hardware.gpus_per_node
+    if isinstance(sharing, MigSharing):
+        profile = hardware.gpu.mig_profile(model.mig_profile or next(iter(sharing.layout)))
+        return profile.memory_slices / hardware.gpu.mig_memory_slices / gpus
+    if isinstance(sharing, (TimeSlicing, MpsSharing)):
+        return 1 / (sharing.replicas * gpus)
+    return model.tensor_parallel / gpus
+
+
+def gpu_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
+    """The device resource one pod requests: its tensor-parallel GPUs, one MIG slice or one GPU share."""
+    resource = hardware.resource_for_slice(model.mig_profile)
+    count = model.tensor_parallel if resource == "nvidia.com/gpu" and model.mig_profile is None else 1
+    return {resource: count}
+
+
+def host_resources(model: ModelServiceSpec, hardware: PoolHardware) -> tuple[int, int]:
+    """(CPU millicores, memory bytes) for one pod, sized on the pool's smallest instance type so the
+    pod fits on any of them; requests equal limits (Guaranteed QoS, the last to be evicted)."""
+    share = node_share(model, hardware)
+    vcpus = min(t.vcpus for t in hardware.instance_types)
+    memory_mib = min(t.memory_mib for t in hardware.instance_types)
+    millicores = max(500, math.floor(vcpus * 1000 * share * HOST_SHARE / 100) * 100)
+    memory = max(2 * GIB, math.floor(memory_mib * 1024**2 * share * HOST_SHARE / GIB) * GIB)
+    return millicores, memory
+
+
+def cpu_quantity(millicores: int) -> str:
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def memory_quantity(size: int) -> str:
+    return f"{size // GIB}Gi" if size % GIB == 0 else f"{size // 1024**2}Mi"
+
+
+def resources(millicores: int, memory: int, extended: dict[str, int] | None = None) -> dict[str, Any]:
+    """Requests equal to limits; extended resources (GPUs, slices, EFA) as whole counts."""
+    amounts = {
+        "cpu": cpu_quantity(millicores),
+        "memory": memory_quantity(memory),
+        **{k: str(v) for k, v in (extended or {}).items()},
+    }
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def shm_bytes(memory: int) -> int:
+    """/dev/shm for NCCL and vLLM's shared-memory queues; it counts against the memory limit."""
+    return min(MAX_SHM_BYTES, memory // 4)
+
+
+# ------------------------------------------------------------------------------ security and volumes
+
+
+def vllm_security_context() -> dict[str, Any]:
+    return {**RESTRICTED, "runAsNonRoot": True, "runAsUser": VLLM_UID, "runAsGroup": VLLM_UID}
+
+
+def root_init_security_context() -> dict[str, Any]:
+    """uid 0 without capabilities: enough to write the root-owned cache directory, nothing more."""
+    return {**RESTRICTED, "runAsNonRoot": False, "runAsUser": 0, "readOnlyRootFilesystem": True}
+
+
+def model_key(model: ModelServiceSpec) -> str:
+    """The model's directory in the node cache: one per weights location, shared by services that use it."""
+    source = model.weights.removeprefix("s3://").rstrip("/") if model.weights else model.model
+    return source.replace("/", "--")
+
+
+def weights_location(model: ModelServiceSpec) -> tuple[str | None, str]:
+    """(bucket, key prefix) of the weights; bucket None means the stack's weights bucket."""
+    if model.weights is None:
+        return None, f"models/{model.model}"
+    bucket, _, prefix = model.weights.removeprefix("s3://").partition("/")
+    if not prefix.strip("/"):
+        raise ValueError(
+            f"{model.name}: weights {model.weights!r} names a bucket but no key prefix. "
+            "To fix: point weights at the folder holding the model's files"
+        )
+    return bucket, prefix.strip("/")
+
+
+def model_path(model: ModelServiceSpec) -> str:
+    return f"{MODEL_CACHE_MOUNT}/{model_key(model)}"
+
+
+def cache_volumes(prefetch_config_map: str, memory: int) -> list[dict[str, Any]]:
+    return [
+        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
+        {"name": "prefetch", "configMap": {"name": prefetch_config_map, "defaultMode": 0o555}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": memory_quantity(shm_bytes(memory))}},
+        {"name": "home", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
+def prefetch_init_container(region: str, millicores: int, memory: int) -> dict[str, Any]:
+    """Copies the weights from S3 to the node's NVMe cache (a no-op on a warm node) before vLLM starts."""
+    return {
+        "name": "prefetch-weights",
+        "image": IMAGES["aws-cli"],
+        "command": ["/bin/bash", "/scripts/prefetch.sh"],
+        "env": [{"name": "AWS_REGION", "value": region}, {"name": "HOME", "value": "/tmp"}],
+        "resources": resources(millicores, memory),
+        "securityContext": root_init_security_context(),
+        "volumeMounts": [
+            {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
+            {"name": "prefetch", "mountPath": "/scripts", "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def vllm_env(model: ModelServiceSpec) -> list[dict[str, Any]]:
+    """HOME on an emptyDir for the non-root user; no telemetry; the Hugging Face token only from a Secret.
+
+    Weights come from the local cache, so without a token the Hub is never contacted.
+    """
+    env: list[dict[str, Any]] = [
+        {"name": "HOME", "value": VLLM_HOME},
+        {"name": "HF_HOME", "value": f"{VLLM_HOME}/.cache/huggingface"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    if model.hf_token_secret is None:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    else:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": model.hf_token_secret, "key": "HF_TOKEN"}}})
+    return env
+
+
+def vllm_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "home", "mountPath": VLLM_HOME},
+    ]

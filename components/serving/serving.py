@@ -1,0 +1,138 @@
+"""The serving layer of a stack: every model service, the inference gateway, the scalers, workers and batch jobs.
+
+It runs after the platform layer and takes from it only what it must wait for: the namespaces, and the
+releases that install the CRDs its objects use (`crd_dependencies` keys "keda", "lws", "kueue").
+Nothing else is serialised: model services, the gateway and the workers are created in parallel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulumi
+from pulumi_kubernetes.core.v1 import ServiceAccount
+
+from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT
+from inferstack.serving import pods
+from inferstack.serving.autoscaling import ModelAutoscaler, ModelAutoscalerArgs, needs_scaler
+from inferstack.serving.gateway import InferenceGateway, InferenceGatewayArgs
+from inferstack.serving.model_service import ModelService, ModelServiceArgs
+from inferstack.serving.workers import BatchJob, BatchJobArgs, JobQueue, JobQueueArgs, QueueWorker, QueueWorkerArgs
+from inferstack.spec import StackSpec
+
+
+@dataclass(frozen=True)
+class ServingArgs:
+    spec: StackSpec
+    weights_bucket: pulumi.Input[str]
+    # Where KEDA queries serving metrics: the platform layer's Prometheus (its `prometheus_url`).
+    prometheus_url: str
+    crd_dependencies: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # "keda", "lws", "kueue"
+    namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # "serving", "batch" -> Namespace
+
+
+class Serving(pulumi.ComponentResource):
+    """Everything that serves models, for one stack spec."""
+
+    model_services: dict[str, ModelService]
+
+    def __init__(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:Serving", name, None, opts)
+        spec = args.spec
+        crds = args.crd_dependencies
+
+        def needs(*keys: str) -> list[pulumi.Resource]:
+            return [crds[key] for key in keys if key in crds]
+
+        namespace = {role: [args.namespaces[role]] if role in args.namespaces else [] for role in ("serving", "batch")}
+        readers = self._service_accounts(name, spec, namespace)
+        kueue = needs("kueue") if spec.queues.enabled else []
+
+        self.model_services = {}
+        for model in spec.models:
+            workload_crds = kueue + (needs("lws") if model.pipeline_parallel > 1 else [])
+            service = ModelService(
+                f"{name}-{model.name}",
+                ModelServiceArgs(
+                    spec=spec,
+                    model=model,
+                    weights_bucket=args.weights_bucket,
+                    depends_on=[*namespace["serving"], readers["serving"], *workload_crds],
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.model_services[model.name] = service
+            if needs_scaler(spec, model):
+                ModelAutoscaler(
+                    f"{name}-{model.name}-autoscaler",
+                    ModelAutoscalerArgs(
+                        spec=spec,
+                        model=model,
+                        target=service.target,
+                        prometheus_url=args.prometheus_url,
+                        depends_on=[service.workload, *needs("keda")],
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+
+        self.gateway = None
+        if spec.gateway.enabled and spec.models:
+            self.gateway = InferenceGateway(
+                f"{name}-gateway",
+                InferenceGatewayArgs(spec=spec, depends_on=namespace["serving"]),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
+        if spec.workers:
+            queue = JobQueue(
+                f"{name}-queue",
+                JobQueueArgs(spec=spec, depends_on=namespace["batch"]),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for worker in spec.workers:
+                QueueWorker(
+                    f"{name}-{worker.name}",
+                    QueueWorkerArgs(
+                        spec=spec, worker=worker, queue=queue, keda=needs("keda"), depends_on=namespace["batch"]
+                    ),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+        for index, job in enumerate(spec.batch_jobs):
+            BatchJob(
+                f"{name}-{job.name}",
+                BatchJobArgs(
+                    spec=spec,
+                    index=index,
+                    weights_bucket=args.weights_bucket,
+                    depends_on=[*namespace["batch"], readers["batch"], *kueue],
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs(
+            {
+                "model_services": sorted(self.model_services),
+                "gateway": spec.gateway.name if self.gateway is not None else None,
+            }
+        )
+
+    def _service_accounts(
+        self, name: str, spec: StackSpec, namespace: Mapping[str, list[pulumi.Resource]]
+    ) -> dict[str, ServiceAccount]:
+        """The model-reader account (EKS Pod Identity maps it to the weights role) in each role's namespace."""
+        by_name: dict[str, ServiceAccount] = {}
+        accounts = {}
+        for role, ns in (("serving", spec.serving_namespace), ("batch", spec.batch_namespace)):
+            if ns not in by_name:
+                by_name[ns] = ServiceAccount(
+                    f"{name}-{ns}-model-reader",
+                    metadata={
+                        "name": MODEL_READER_SERVICE_ACCOUNT,
+                        "namespace": ns,
+                        "labels": pods.object_labels(MODEL_READER_SERVICE_ACCOUNT, "identity"),
+                    },
+                    automount_service_account_token=False,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=namespace[role]),
+                )
+            accounts[role] = by_name[ns]
+        return accounts

@@ -1,0 +1,100 @@
+"""Exact `vllm serve` / `vllm run-batch` command lines for the pinned vLLM (0.33) from a model service spec.
+
+Pure functions, so the flags can be checked without a cluster. Flag spellings follow vLLM 0.33's
+`EngineArgs`: boolean features use its `--enable-x` / `--disable-x` pairs, and multi-node replicas
+use the multiprocessing executor with LeaderWorkerSet's environment (`$(VAR)` is expanded by the
+kubelet in container args).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from inferstack.catalog.models import checkpoint_quantization
+from inferstack.spec import ModelServiceSpec, MpsSharing, TimeSlicing
+from inferstack.spec.pools import PoolHardware
+
+VLLM_PORT = 8000
+# Spec precision -> vLLM --quantization. int8 (W8A8) and int4 (W4A16) checkpoints are compressed-tensors.
+QUANTIZATION_METHOD = {
+    "awq": "awq",
+    "gptq": "gptq",
+    "fp8": "fp8",
+    "int8": "compressed-tensors",
+    "int4": "compressed-tensors",
+}
+Role = Literal["single", "leader", "worker"]
+
+
+def quantization_method(model: ModelServiceSpec) -> str | None:
+    """The --quantization value: what the checkpoint declares when the catalog knows it, else the spec's mapping.
+
+    vLLM refuses a --quantization that differs from the checkpoint's own quant_method (e.g. an FP8
+    checkpoint stored as compressed-tensors), while a 16-bit checkpoint with `fp8` is quantized online.
+    """
+    if model.quantization == "none":
+        return None
+    return checkpoint_quantization(model.model) or QUANTIZATION_METHOD[model.quantization]
+
+
+def gpu_memory_utilization(model: ModelServiceSpec, hardware: PoolHardware) -> float:
+    """Share of the whole GPU this process may take: on time-sliced or MPS GPUs, the spec's share divided
+    by the pods per GPU, so co-located replicas all fit (vLLM measures against the full device)."""
+    sharing = hardware.spec.gpu_sharing
+    if isinstance(sharing, (TimeSlicing, MpsSharing)):
+        return round(model.gpu_memory_utilization / sharing.replicas, 4)
+    return model.gpu_memory_utilization
+
+
+def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role = "single") -> list[str]:
+    """Engine flags shared by `vllm serve` and `vllm run-batch`."""
+    args = ["--served-model-name", model.name, "--dtype", model.dtype]
+    method = quantization_method(model)
+    if method is not None:
+        args += ["--quantization", method]
+    if model.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", model.kv_cache_dtype]
+    args += [
+        "--tensor-parallel-size", str(model.tensor_parallel),
+        "--pipeline-parallel-size", str(model.pipeline_parallel),
+        "--max-model-len", str(model.max_model_len),
+        "--gpu-memory-utilization", str(gpu_memory_utilization(model, hardware)),
+    ]
+    if model.max_num_seqs is not None:
+        args += ["--max-num-seqs", str(model.max_num_seqs)]
+    if model.max_num_batched_tokens is not None:
+        args += ["--max-num-batched-tokens", str(model.max_num_batched_tokens)]
+    if model.resolved_architecture.task == "embed":
+        # Pooling models: prefix caching and chunked prefill are left to vLLM, which turns them off
+        # for encoder-only attention.
+        args += ["--runner", "pooling", "--convert", "embed"]
+    else:
+        args.append("--enable-prefix-caching" if model.enable_prefix_caching else "--disable-prefix-caching")
+        args.append("--enable-chunked-prefill" if model.enable_chunked_prefill else "--disable-chunked-prefill")
+    if role != "single":
+        args += [
+            "--distributed-executor-backend", "mp",
+            "--nnodes", "$(LWS_GROUP_SIZE)",
+            "--node-rank", "$(LWS_WORKER_INDEX)",
+            "--master-addr", "$(LWS_LEADER_ADDRESS)",
+        ]
+    return args
+
+
+def serve_argv(model: ModelServiceSpec, hardware: PoolHardware, model_path: str, *, role: Role = "single") -> list[str]:
+    """`vllm serve` for one pod: the whole replica ("single"), or the leader / a headless worker of a group."""
+    if (role == "single") != (model.pipeline_parallel == 1):
+        raise ValueError(f"role {role!r} does not match pipeline_parallel {model.pipeline_parallel} of {model.name}")
+    argv = ["vllm", "serve", model_path, *engine_args(model, hardware, role=role)]
+    if role == "worker":
+        return [*argv, "--headless"]
+    return [*argv, "--port", str(VLLM_PORT)]
+
+
+def run_batch_argv(
+    model: ModelServiceSpec, hardware: PoolHardware, model_path: str, *, input_path: str, output_path: str
+) -> list[str]:
+    """`vllm run-batch` over an OpenAI batch file (JSONL); requests must name the served model."""
+    if model.pipeline_parallel != 1:
+        raise ValueError(f"{model.name}: batch jobs run on one node; pipeline_parallel must be 1")
+    return ["vllm", "run-batch", "-i", input_path, "-o", output_path, "--model", model_path, *engine_args(model, hardware)]

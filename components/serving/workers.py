@@ -1,0 +1,425 @@
+"""Queue-fed workers and batch inference Jobs.
+
+* `JobQueue`: one Redis (Deployment + Service) holding the job lists, in the batch namespace.
+* `QueueWorker`: per worker spec, a Deployment running a small stdlib-only Python worker (rendered
+  from `templates/serving-worker.py.j2`, mounted from a ConfigMap) that pops jobs and calls its model
+  service's OpenAI endpoint; KEDA scales it on the list's length.
+* `BatchJob`: per batch job spec, an Indexed Job admitted by Kueue (created suspended, in the batch
+  LocalQueue at batch priority) on the job's pool, preferring spot: each index pre-fetches the
+  weights, takes its shard of the input, runs `vllm run-batch` and uploads its part of the results.
+  Spot reclaims (pod disruptions) do not count against the per-index retry budget.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+import jinja2
+import pulumi
+from pulumi_kubernetes.apiextensions import CustomResource
+from pulumi_kubernetes.apps.v1 import Deployment
+from pulumi_kubernetes.batch.v1 import Job
+from pulumi_kubernetes.core.v1 import ConfigMap, Service
+
+from inferstack.catalog.charts import IMAGES
+from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT
+from inferstack.serving import pods
+from inferstack.serving.autoscaling import KEDA_API_VERSION
+from inferstack.serving.model_service import SKIP_AWAIT, prefetch_script
+from inferstack.serving.vllm_args import VLLM_PORT, run_batch_argv
+from inferstack.sizing import check_fit
+from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
+from inferstack.spec.errors import SpecError
+from inferstack.spec.pools import PoolHardware
+
+REDIS_NAME = "redis"
+REDIS_PORT = 6379
+REDIS_UID = 999  # the redis user of the official image
+WORKER_UID = 65534
+WORKER_REQUEST_TIMEOUT_SECONDS = 300
+WORKER_MAX_ATTEMPTS = 3
+WORKER_POLL_SECONDS = 5
+WORK_DIR = "/work"
+
+
+@cache
+def _template(name: str) -> jinja2.Template:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    return env.from_string(files("inferstack.templates").joinpath(name).read_text(encoding="utf-8"))
+
+
+def redis_address(spec: StackSpec) -> str:
+    return f"{REDIS_NAME}.{spec.batch_namespace}.svc.cluster.local:{REDIS_PORT}"
+
+
+def model_url(spec: StackSpec, service: str) -> str:
+    return f"http://{service}.{spec.serving_namespace}.svc.cluster.local:{VLLM_PORT}"
+
+
+def list_names(worker: QueueWorkerSpec) -> tuple[str, str, str]:
+    """(jobs, results, failed) Redis lists of a worker."""
+    jobs = worker.list_name or worker.name
+    return jobs, f"{jobs}:results", f"{jobs}:failed"
+
+
+def render_worker(spec: StackSpec, worker: QueueWorkerSpec, *, redis_host: str | None = None, redis_port: int = REDIS_PORT,
+                  url: str | None = None) -> str:
+    """The worker program; host, port and URL default to the in-cluster Redis and model Service."""
+    jobs, results, failed = list_names(worker)
+    return _template("serving-worker.py.j2").render(
+        redis_host=redis_host or f"{REDIS_NAME}.{spec.batch_namespace}.svc.cluster.local",
+        redis_port=redis_port,
+        list_name=jobs,
+        results_list=results,
+        failed_list=failed,
+        model_url=url or model_url(spec, worker.model_service),
+        served_model=worker.model_service,
+        request_timeout_seconds=WORKER_REQUEST_TIMEOUT_SECONDS,
+        max_attempts=WORKER_MAX_ATTEMPTS,
+        poll_seconds=WORKER_POLL_SECONDS,
+    )
+
+
+def render_batch_stage(stage: str, job: BatchJobSpec, run_batch_command: str = "", work_dir: str = WORK_DIR) -> str:
+    """One stage (fetch, run, upload) of a batch pod; `run_batch_command` is already shell-quoted."""
+    return _template("serving-batch.sh.j2").render(
+        stage=stage,
+        input_uri=job.input,
+        output_uri=job.output,
+        shards=job.parallelism,
+        work_dir=work_dir,
+        run_batch_command=run_batch_command,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ Redis
+
+
+@dataclass(frozen=True)
+class JobQueueArgs:
+    spec: StackSpec
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+class JobQueue(pulumi.ComponentResource):
+    """Redis for the job lists. Append-only persistence on an emptyDir survives container restarts,
+    not a rescheduled pod; `noeviction` makes pushes fail rather than drop queued jobs when full."""
+
+    def __init__(self, name: str, args: JobQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:JobQueue", name, None, opts)
+        namespace = args.spec.batch_namespace
+        labels = pods.object_labels(REDIS_NAME, "queue")
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+
+        def probe(delay: int) -> dict[str, Any]:
+            return {"exec": {"command": ["redis-cli", "ping"]}, "initialDelaySeconds": delay, "periodSeconds": 10}
+
+        self.deployment = Deployment(
+            f"{name}-redis",
+            metadata={"name": REDIS_NAME, "namespace": namespace, "labels": labels},
+            spec={
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": pods.selector_labels(REDIS_NAME, "queue")},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "securityContext": {
+                            **pods.POD_SECURITY, "runAsNonRoot": True, "runAsUser": REDIS_UID, "runAsGroup": REDIS_UID,
+                            "fsGroup": REDIS_UID,
+                        },
+                        "containers": [
+                            {
+                                "name": "redis",
+                                "image": IMAGES["redis"],
+                                "command": [
+                                    "redis-server", "--dir", "/data", "--appendonly", "yes", "--save", "",
+                                    "--protected-mode", "no", "--maxmemory", "384mb", "--maxmemory-policy", "noeviction",
+                                ],
+                                "ports": [{"name": "redis", "containerPort": REDIS_PORT, "protocol": "TCP"}],
+                                "readinessProbe": probe(5),
+                                "livenessProbe": probe(15),
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "512Mi"},
+                                    "limits": {"cpu": "1", "memory": "512Mi"},
+                                },
+                                "securityContext": {**pods.RESTRICTED, "readOnlyRootFilesystem": True},
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            }
+                        ],
+                        "volumes": [{"name": "data", "emptyDir": {}}],
+                    },
+                },
+            },
+            opts=child,
+        )
+        self.service = Service(
+            f"{name}-redis-service",
+            metadata={"name": REDIS_NAME, "namespace": namespace, "labels": labels},
+            spec={
+                "type": "ClusterIP",
+                "selector": pods.selector_labels(REDIS_NAME, "queue"),
+                "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis", "protocol": "TCP"}],
+            },
+            opts=child,
+        )
+        self.register_outputs({"address": redis_address(args.spec)})
+
+
+# ------------------------------------------------------------------------------------ queue workers
+
+
+@dataclass(frozen=True)
+class QueueWorkerArgs:
+    spec: StackSpec
+    worker: QueueWorkerSpec
+    queue: JobQueue
+    keda: Sequence[pulumi.Resource] = ()  # the KEDA release (ScaledObject CRD); empty without KEDA
+    depends_on: Sequence[pulumi.Resource] = ()
+
+
+def worker_scaled_object_spec(spec: StackSpec, worker: QueueWorkerSpec) -> dict[str, Any]:
+    jobs, _, _ = list_names(worker)
+    return {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": worker.name},
+        "pollingInterval": worker.polling_interval_seconds,
+        "cooldownPeriod": worker.cooldown_seconds,
+        "minReplicaCount": worker.min_replicas,
+        "maxReplicaCount": worker.max_replicas,
+        "triggers": [
+            {
+                "type": "redis",
+                "name": "queue-length",
+                "metadata": {
+                    "address": redis_address(spec),
+                    "listName": jobs,
+                    "listLength": str(worker.jobs_per_replica),
+                    "activationListLength": "0",
+                    "databaseIndex": "0",
+                },
+            }
+        ],
+    }
+
+
+class QueueWorker(pulumi.ComponentResource):
+    """A worker Deployment fed from Redis and its KEDA ScaledObject on the list length."""
+
+    def __init__(self, name: str, args: QueueWorkerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:QueueWorker", name, None, opts)
+        spec, worker = args.spec, args.worker
+        namespace = spec.batch_namespace
+        labels = pods.object_labels(worker.name, "queue-worker")
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        program = ConfigMap(
+            f"{name}-program",
+            metadata={"name": f"{worker.name}-program", "namespace": namespace, "labels": labels},
+            data={"worker.py": render_worker(spec, worker)},
+            opts=child,
+        )
+        self.deployment = Deployment(
+            f"{name}-deployment",
+            metadata={"name": worker.name, "namespace": namespace, "labels": labels},
+            spec={
+                "replicas": worker.min_replicas,
+                "selector": {"matchLabels": pods.selector_labels(worker.name, "queue-worker")},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        # The job in hand finishes (one model request at most) before the pod goes.
+                        "terminationGracePeriodSeconds": WORKER_REQUEST_TIMEOUT_SECONDS + 30,
+                        "securityContext": {
+                            **pods.POD_SECURITY, "runAsNonRoot": True, "runAsUser": WORKER_UID, "runAsGroup": WORKER_UID,
+                        },
+                        "containers": [
+                            {
+                                "name": "worker",
+                                "image": worker.image,
+                                "command": ["python3", "/app/worker.py"],
+                                "env": [
+                                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                                    {"name": "PYTHONUNBUFFERED", "value": "1"},
+                                ],
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                                    "limits": {"cpu": "500m", "memory": "256Mi"},
+                                },
+                                "securityContext": {**pods.RESTRICTED, "readOnlyRootFilesystem": True},
+                                "volumeMounts": [{"name": "program", "mountPath": "/app", "readOnly": True}],
+                            }
+                        ],
+                        "volumes": [{"name": "program", "configMap": {"name": f"{worker.name}-program"}}],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(depends_on=[program, args.queue.service], ignore_changes=["spec.replicas"]),
+            ),
+        )
+        self.scaled_object = CustomResource(
+            f"{name}-scaledobject",
+            api_version=KEDA_API_VERSION,
+            kind="ScaledObject",
+            metadata={"name": worker.name, "namespace": namespace, "labels": labels},
+            spec=worker_scaled_object_spec(spec, worker),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.keda, self.deployment]),
+        )
+        self.register_outputs({"list": list_names(worker)[0], "model_service": worker.model_service})
+
+
+# --------------------------------------------------------------------------------------- batch jobs
+
+
+def batch_model(spec: StackSpec, index: int) -> tuple[ModelServiceSpec, PoolHardware]:
+    """The job's model service moved onto the job's pool, checked to fit there on one node."""
+    job = spec.batch_jobs[index]
+    path = f"batch_jobs[{index}]"
+    service = spec.model_service(job.model_service)
+    if service.pipeline_parallel > 1:
+        raise SpecError(
+            f"{path}.model_service",
+            f"{service.name!r} spans {service.pipeline_parallel} nodes; a batch job runs on one node",
+            "point the job at a single-node model service",
+        )
+    hardware = PoolHardware(spec.pool(job.pool))
+    model = service.model_copy(update={"pool": job.pool})
+    resource = hardware.resource_for_slice(model.mig_profile)
+    if resource.startswith("nvidia.com/mig-") and resource not in hardware.resources_per_node:
+        raise SpecError(
+            f"{path}.pool",
+            f"pool {job.pool!r} has no {model.mig_profile or 'MIG'} slices for {service.name!r}",
+            "run the job on a pool with whole GPUs or with the service's MIG profile",
+        )
+    if model.mig_profile is None and model.tensor_parallel > hardware.gpus_per_node:
+        raise SpecError(
+            f"{path}.pool",
+            f"{service.name!r} needs {model.tensor_parallel} GPUs on one node but a {hardware.primary.name} has "
+            f"{hardware.gpus_per_node}",
+            "run the job on a pool with larger nodes",
+        )
+    check_fit(path, model, hardware)
+    return model, hardware
+
+
+@dataclass(frozen=True)
+class BatchJobArgs:
+    spec: StackSpec
+    index: int                                    # position in spec.batch_jobs
+    weights_bucket: pulumi.Input[str]
+    depends_on: Sequence[pulumi.Resource] = ()    # batch namespace, service account, Kueue release
+
+
+class BatchJob(pulumi.ComponentResource):
+    """An Indexed `vllm run-batch` Job, created suspended for Kueue to admit."""
+
+    def __init__(self, name: str, args: BatchJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:serving:BatchJob", name, None, opts)
+        spec = args.spec
+        job = spec.batch_jobs[args.index]
+        model, hardware = batch_model(spec, args.index)
+        namespace = spec.batch_namespace
+        labels = pods.object_labels(job.name, "batch-inference")
+        queue_labels = pods.kueue_labels(spec, "batch", job.pool, "batch")
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        millicores, memory = pods.host_resources(model, hardware)
+        argv = run_batch_argv(
+            model, hardware, pods.model_path(model),
+            input_path=f"{WORK_DIR}/input.jsonl", output_path=f"{WORK_DIR}/output.jsonl",
+        )
+        prefetch = ConfigMap(
+            f"{name}-prefetch",
+            metadata={"name": f"{job.name}-prefetch", "namespace": namespace, "labels": labels},
+            data={"prefetch.sh": prefetch_script(model, args.weights_bucket)},
+            opts=child,
+        )
+        scripts = ConfigMap(
+            f"{name}-scripts",
+            metadata={"name": f"{job.name}-scripts", "namespace": namespace, "labels": labels},
+            data={stage: render_batch_stage(stage, job, shlex.join(argv)) for stage in ("fetch", "run", "upload")},
+            opts=child,
+        )
+        work_mount = {"name": "work", "mountPath": WORK_DIR}
+        script_mount = {"name": "scripts", "mountPath": "/scripts", "readOnly": True}
+        aws_env = [{"name": "AWS_REGION", "value": spec.region}, {"name": "HOME", "value": "/tmp"}]
+        tmp_mount = {"name": "tmp", "mountPath": "/tmp"}
+        small = pods.resources(250, 512 * 1024**2)
+        gpu_container = {
+            "name": "vllm",
+            "image": model.image,
+            "command": ["/bin/bash", "/scripts/run"],
+            "env": pods.vllm_env(model),
+            "resources": pods.resources(millicores, memory, pods.gpu_requests(model, hardware)),
+            "securityContext": pods.vllm_security_context(),
+            "volumeMounts": [*pods.vllm_mounts(), work_mount, script_mount],
+        }
+        pod_spec = {
+            "restartPolicy": "Never",
+            "serviceAccountName": MODEL_READER_SERVICE_ACCOUNT,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": dict(pods.POD_SECURITY),
+            **pods.placement(hardware, prefer_capacity=["spot"], spread_labels=None),
+            "initContainers": [
+                pods.prefetch_init_container(spec.region, millicores, memory),
+                {
+                    "name": "fetch-input",
+                    "image": IMAGES["aws-cli"],
+                    "command": ["/bin/bash", "/scripts/fetch"],
+                    "env": aws_env,
+                    "resources": small,
+                    "securityContext": pods.root_init_security_context(),
+                    "volumeMounts": [work_mount, script_mount, tmp_mount],
+                },
+            ],
+            "containers": [
+                gpu_container,
+                {
+                    "name": "upload",
+                    "image": IMAGES["aws-cli"],
+                    "command": ["/bin/bash", "/scripts/upload"],
+                    "env": aws_env,
+                    "resources": small,
+                    "securityContext": pods.root_init_security_context(),
+                    "volumeMounts": [work_mount, script_mount, tmp_mount],
+                },
+            ],
+            "volumes": [
+                *pods.cache_volumes(f"{job.name}-prefetch", memory),
+                {"name": "work", "emptyDir": {}},
+                {"name": "scripts", "configMap": {"name": f"{job.name}-scripts", "defaultMode": 0o555}},
+            ],
+        }
+        self.job = Job(
+            f"{name}-job",
+            metadata={
+                "name": job.name,
+                "namespace": namespace,
+                "labels": {**labels, **queue_labels},
+                "annotations": dict(SKIP_AWAIT),
+            },
+            spec={
+                # Kueue unsuspends the Job once it admits it; without Kueue it starts at once.
+                "suspend": bool(queue_labels),
+                "completionMode": "Indexed",
+                "completions": job.parallelism,
+                "parallelism": job.parallelism,
+                "backoffLimitPerIndex": 2,
+                "podFailurePolicy": {
+                    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+                },
+                "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": pod_spec},
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[prefetch, scripts])),
+        )
+        self.register_outputs({"job": job.name, "shards": job.parallelism})
