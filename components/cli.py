@@ -1,4 +1,4 @@
-"""`inferstack plan | render | schema`: review a stack offline before `pulumi up -s <env>`."""
+"""`inferstack plan | render | check | schema`: review a stack offline before `pulumi up -s <env>`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_BAD_INPUT = 2
+EXIT_POLICY_VIOLATION = 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,7 +28,32 @@ def _parser() -> argparse.ArgumentParser:
     render = with_stack("render", "write resources.json, kubernetes/, helm/ and plan.json")
     render.add_argument("--out", type=Path, required=True, help="output folder")
     commands.add_parser("schema", help="print the StackSpec JSON Schema")
+    _add_check_command(commands)
     return parser
+
+
+def _add_check_command(commands) -> None:
+    check = commands.add_parser(
+        "check",
+        help="run the policy pack offline over a stack or a rendered resources.json (exit 1 on a mandatory violation)",
+    )
+    check.add_argument("stack", nargs="?", help="stack name (stacks/<name>.py) or a stack file path")
+    check.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
+    check.add_argument(
+        "--resources", type=Path, help="a resources.json written by `inferstack render`, checked instead of a stack"
+    )
+    check.add_argument(
+        "--policy-config",
+        type=Path,
+        help="pack config as for `pulumi preview --policy-pack-config`, merged over the default: the stack's "
+        "budget, or with --resources the budget in the plan.json beside the file",
+    )
+    check.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    check.add_argument(
+        "--write-policy-config",
+        type=Path,
+        help="also write the pack config used (the stack's budget) for `pulumi preview --policy-pack-config`",
+    )
 
 
 def _stacks_dir(given: Path | None) -> Path:
@@ -49,8 +75,55 @@ def _run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
     return spec, plan, recording
 
 
+def _check_inputs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """(registrations, stack name, pack config) from a stack run on the embedded engine or a resources.json."""
+    from inferstack.engine import policy_runner
+
+    if args.resources is not None:
+        resources = policy_runner.load_resources(args.resources)
+        plan_file = args.resources.parent / "plan.json"
+        plan = policy_runner.load_plan(plan_file) if plan_file.is_file() else {}
+        return resources, plan.get("stack") or "stack", policy_runner.plan_policy_config(plan)
+    from inferstack.engine import run_stack
+    from inferstack.stacks import load_stack
+
+    spec = load_stack(_stacks_dir(args.stacks_dir), args.stack)
+    resources = [r.as_dict() for r in run_stack(spec).resources]
+    return resources, spec.environment, policy_runner.spec_policy_config(spec)
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Run every policy of the pack; 1 when a mandatory one is violated, 0 otherwise, 2 on bad input."""
+    from inferstack.engine import policy_runner
+    from inferstack.spec import SpecError
+    from inferstack.stacks import StackNotFound
+
+    if (args.stack is None) == (args.resources is None):
+        print("inferstack check: give a stack name or --resources FILE (one of them)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        resources, stack, config = _check_inputs(args)
+        if args.policy_config is not None:
+            config.update(policy_runner.load_policy_config(args.policy_config))
+        results = policy_runner.run_policies(resources, stack, config)
+        if args.write_policy_config is not None:
+            args.write_policy_config.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    except (SpecError, StackNotFound, policy_runner.CheckInputError, OSError) as error:
+        print(f"inferstack: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.format == "json":
+        print(json.dumps(policy_runner.as_json(results), indent=2))
+    else:
+        from inferstack.engine.report import print_policy_results
+
+        print_policy_results([r.as_dict() for r in results])
+    return EXIT_POLICY_VIOLATION if policy_runner.blocking(results) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "check":
+        return _check(args)
     if args.command == "schema":
         from inferstack.spec import StackSpec
 

@@ -20,7 +20,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
         f"{resources['components']} components, engine {plan['engine_seconds']} s"
     )
     for layer, kinds in resources["by_layer"].items():
-        console.print(f"  {layer}: {sum(kinds.values())} ({', '.join(f'{n} {t.split(':')[-1]}' for t, n in kinds.items())})")
+        counts = ", ".join(f"{n} {t.split(':')[-1]}" for t, n in kinds.items())
+        console.print(f"  {layer}: {sum(kinds.values())} ({counts})")
 
     pools = Table(title="Node pools", title_justify="left")
     for column in ("pool", "role", "instances", "GPUs/node", "nodes", "capacity", "EFA", "sharing", "$/h min", "$/h max"):
@@ -71,3 +72,31 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     if totals["budget_usd_per_hour"] is not None:
         within = (totals["usd_per_hour_max"] or 0) <= totals["budget_usd_per_hour"]
         console.print(f"  budget {_usd(totals['budget_usd_per_hour'])}/h: {'within' if within else '[red]OVER[/red]'}")
+    if plan.get("policies"):
+        print_policy_results(plan["policies"], console, passing=False)
+
+
+def print_policy_results(policies: list[dict[str, Any]], console: Console | None = None, passing: bool = True) -> None:
+    """A summary line, one line per policy (passing ones only when `passing`), each violation under its policy."""
+    console = console or Console()
+    failed = [p for p in policies if p["violations"]]
+    mandatory = sum(len(p["violations"]) for p in failed if p["enforcement"] == "mandatory")
+    console.print(
+        f"[bold]Policies[/bold] ({len(policies)}): {len(policies) - len(failed)} pass, "
+        f"{mandatory} mandatory and {sum(len(p['violations']) for p in failed) - mandatory} advisory violations"
+    )
+    for policy in policies:
+        if not passing and not policy["violations"] and not policy.get("notes"):
+            continue
+        if policy["enforcement"] == "disabled":
+            mark = "[dim]-[/dim]"
+        elif not policy["violations"]:
+            mark = "[green]ok[/green]"
+        else:
+            mark = "[red]FAIL[/red]" if policy["enforcement"] == "mandatory" else "[yellow]warn[/yellow]"
+        console.print(f"  {mark} {policy['name']} ({policy['enforcement']})", highlight=False)
+        for violation in policy["violations"]:
+            where = f"{violation['resource']}: " if violation["resource"] else ""
+            console.print(f"      {where}{violation['message']}", markup=False, highlight=False, soft_wrap=True)
+        for note in policy.get("notes", []):
+            console.print(f"      note: {note}", markup=False, highlight=False, soft_wrap=True, style="dim")

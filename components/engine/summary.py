@@ -80,6 +80,14 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
     return rows
 
 
+def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]]:
+    """The policy pack over what the program registered, as `inferstack check` reports it."""
+    from inferstack.engine.policy_runner import run_policies, spec_policy_config
+
+    resources = [r.as_dict() for r in recording.resources]
+    return [r.as_dict() for r in run_policies(resources, spec.environment, spec_policy_config(spec))]
+
+
 def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     pools = node_pools(spec)
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
@@ -101,4 +109,5 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "budget_usd_per_hour": spec.budget.max_usd_per_hour,
         },
         "outputs": sorted(recording.outputs),
+        "policies": policy_results(spec, recording),
     }

@@ -18,7 +18,7 @@ from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
 
-from inferstack.conventions import MODEL_CACHE_MOUNT, MODEL_READER_SERVICE_ACCOUNT
+from inferstack.conventions import MODEL_CACHE_MOUNT, MODEL_READER_SERVICE_ACCOUNT, TIER_LABEL
 from inferstack.serving import pods
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
 from inferstack.sizing import load_seconds
@@ -170,7 +170,7 @@ class ModelService(pulumi.ComponentResource):
         spec, model = args.spec, args.model
         hardware = PoolHardware(spec.pool(model.pool))
         namespace = spec.serving_namespace
-        labels = pods.object_labels(model.name)
+        labels = {**pods.object_labels(model.name), TIER_LABEL: model.tier}
         queue_labels = pods.kueue_labels(spec, "serving", model.pool, model.tier)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
 

@@ -1,0 +1,338 @@
+"""Run the policy pack offline: the policy objects `pulumi preview --policy-pack policies` serves, over
+what the embedded engine registered or over a resources.json written by `inferstack render`.
+
+Arguments are built the way pulumi_policy's analyzer builds them: the recorded inputs (which keep
+Pulumi's wire secret markers) travel through a protobuf Struct (every number becomes a float),
+`deserialize_properties` (Pulumi secrets unwrapped) and
+`unknown_checking_proxy`; resource policies see one resource at a time, stack policies every
+resource with parents and dependencies resolved; config and enforcement levels follow the pack
+config format of `pulumi preview --policy-pack-config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from inspect import isawaitable
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+from pulumi.output import Unknown
+from pulumi_policy import (
+    EnforcementLevel,
+    Policy,
+    PolicyCustomTimeouts,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.deserialize import deserialize_properties
+from pulumi_policy.policy import _NotApplicableError  # what `args.not_applicable()` raises; the analyzer catches it too
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
+
+from inferstack.engine.recorder import PROJECT
+from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, budget_at_max_scale
+from inferstack.policies.rules import PACK_ENFORCEMENT, PACK_NAME, POLICIES
+from inferstack.spec import StackSpec
+
+ALL_POLICIES = "all"  # the pack-config key that sets every policy's level
+
+
+class CheckInputError(ValueError):
+    """A resources.json, plan.json or policy config the runner cannot use."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    resource: str | None  # the resource's name; None for the stack as a whole
+    message: str
+
+
+@dataclass
+class PolicyResult:
+    name: str
+    description: str
+    enforcement: str
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # not applicable / can't run during preview
+
+    @property
+    def blocking(self) -> bool:
+        return self.enforcement == EnforcementLevel.MANDATORY.value and bool(self.violations)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "enforcement": self.enforcement,
+            "description": self.description,
+            "violations": [{"resource": v.resource, "message": v.message} for v in self.violations],
+            "notes": self.notes,
+        }
+
+
+# ----------------------------------------------------------------------------------------- inputs
+
+
+def load_resources(path: Path) -> list[dict[str, Any]]:
+    """The registrations of a resources.json: a list of {type, name, parent, inputs, depends_on}."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckInputError(f"cannot read {path}: {error}") from None
+    if not isinstance(data, list):
+        raise CheckInputError(f"{path} holds {type(data).__name__}, not the list of resources `inferstack render` writes")
+    for index, entry in enumerate(data):
+        if not isinstance(entry, dict) or not isinstance(entry.get("type"), str) or not isinstance(entry.get("name"), str):
+            raise CheckInputError(f"{path} entry {index} is not an object with string 'type' and 'name'")
+        if not isinstance(entry.get("inputs", {}), dict):
+            raise CheckInputError(f"{path} entry {index} ({entry['name']}) has inputs that are not an object")
+    return data
+
+
+def load_plan(path: Path) -> dict[str, Any]:
+    """A plan.json written by `inferstack render` (its stack name and budget)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckInputError(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise CheckInputError(f"{path} is not the plan object `inferstack render` writes")
+    return data
+
+
+def load_policy_config(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckInputError(f"cannot read policy config {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise CheckInputError(f"policy config {path} is not an object of policy name -> settings")
+    return data
+
+
+def spec_policy_config(spec: StackSpec) -> dict[str, Any]:
+    """The pack config a stack implies: its budget (the only spec fact a policy needs)."""
+    return {budget_at_max_scale.name: _budget_config(spec.budget.max_usd_per_hour, spec.budget.spot_discount)}
+
+
+def plan_policy_config(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The same config from a plan.json written by `inferstack render` beside resources.json."""
+    pools = plan.get("node_pools")
+    first = pools[0] if isinstance(pools, list) and pools else None
+    totals = plan.get("totals")
+    discount = first.get("spot_discount") if isinstance(first, Mapping) else None
+    budget = totals.get("budget_usd_per_hour") if isinstance(totals, Mapping) else None
+    return {budget_at_max_scale.name: _budget_config(_number(budget), _number(discount))}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _budget_config(max_usd_per_hour: float | None, spot_discount: float | None) -> dict[str, float]:
+    config = {}
+    if max_usd_per_hour is not None:
+        config[MAX_USD_PER_HOUR] = max_usd_per_hour
+    if spot_discount is not None:
+        config[SPOT_DISCOUNT] = spot_discount
+    return config
+
+
+# ------------------------------------------------------------------------------ analyzer-shaped args
+
+
+def _wire(value: Any) -> Any:
+    """Recorded inputs -> the engine's wire form. Recordings keep Pulumi's secret markers already; an
+    in-memory recording may still hold Unknown outputs, which the engine sends as the unknown sentinel."""
+    if isinstance(value, Unknown):
+        return UNKNOWN_STRING_VALUE
+    if isinstance(value, Mapping):
+        return {str(k): _wire(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wire(v) for v in value]
+    return value
+
+
+def _struct_dict(name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """What `json_format.MessageToDict(request.properties)` gives the analyzer for these inputs."""
+    struct = struct_pb2.Struct()
+    struct.update(_wire(inputs))
+    found = json_format.MessageToDict(struct)
+    try:
+        deserialize_properties(found)
+    except AssertionError as error:  # a hand-edited marker the engine would never send
+        raise CheckInputError(f"resource {name}: {error}") from None
+    return found
+
+
+def _props(struct_dict: dict[str, Any]) -> Mapping[str, Any]:
+    """Fresh proxied props, as the analyzer builds them for every policy call."""
+    return unknown_checking_proxy(deserialize_properties(struct_dict))
+
+
+@dataclass(frozen=True)
+class _Entry:
+    type: str
+    name: str
+    urn: str
+    parent_urn: str | None
+    dependency_urns: tuple[str, ...]
+    struct: dict[str, Any]
+
+    def options(self) -> PolicyResourceOptions:
+        return PolicyResourceOptions(
+            protect=False,
+            ignore_changes=[],
+            delete_before_replace=None,
+            aliases=[],
+            custom_timeouts=PolicyCustomTimeouts(0, 0, 0),
+            additional_secret_outputs=[],
+            parent=self.parent_urn,
+        )
+
+
+def _entries(resources: Sequence[Mapping[str, Any]], stack: str, project: str) -> list[_Entry]:
+    """URNs as the engine forms them: the parent chain's types joined by '$' (the Stack itself excluded)."""
+    by_name: dict[str, Mapping[str, Any]] = {}
+    for resource in resources:
+        by_name.setdefault(resource["name"], resource)
+
+    def qualified_type(resource: Mapping[str, Any], seen: frozenset[str] = frozenset()) -> str:
+        parent = by_name.get(resource.get("parent") or "")
+        if parent is None or parent["name"] in seen or parent is resource:
+            return resource["type"]
+        return f"{qualified_type(parent, seen | {resource['name']})}${resource['type']}"
+
+    def urn(resource: Mapping[str, Any]) -> str:
+        return f"urn:pulumi:{stack}::{project}::{qualified_type(resource)}::{resource['name']}"
+
+    entries = []
+    for resource in resources:
+        parent = by_name.get(resource.get("parent") or "")
+        entries.append(
+            _Entry(
+                type=resource["type"],
+                name=resource["name"],
+                urn=urn(resource),
+                parent_urn=urn(parent) if parent is not None else None,
+                dependency_urns=tuple(urn(by_name[d]) for d in resource.get("depends_on") or () if d in by_name),
+                struct=_struct_dict(resource["name"], resource.get("inputs") or {}),
+            )
+        )
+    return entries
+
+
+def _stack_resources(entries: Sequence[_Entry]) -> list[PolicyResource]:
+    """PolicyResources with parent and dependencies pointing at each other, as AnalyzeStack resolves them."""
+    resources = [PolicyResource(e.type, _props(e.struct), e.urn, e.name, e.options(), None, None, [], {}) for e in entries]
+    by_urn = {r.urn: r for r in resources}
+    for entry, resource in zip(entries, resources):
+        resource.parent = by_urn.get(entry.parent_urn or "")
+        resource.dependencies.extend(by_urn[u] for u in entry.dependency_urns if u in by_urn)
+    return resources
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+def _level(value: Any) -> EnforcementLevel:
+    try:
+        return EnforcementLevel(value.value if isinstance(value, EnforcementLevel) else value)
+    except (ValueError, TypeError):
+        known = ", ".join(level.value for level in EnforcementLevel)
+        raise CheckInputError(f"enforcement level {value!r} is not one of {known}") from None
+
+
+def _normalize(config: Mapping[str, Any]) -> dict[str, tuple[EnforcementLevel | None, dict[str, Any]]]:
+    """policy -> (level, properties) from {"policy": "advisory"} or {"policy": {"enforcementLevel": ..., ...}}."""
+    normalized = {}
+    for name, value in config.items():
+        if isinstance(value, Mapping):
+            level = _level(value["enforcementLevel"]) if "enforcementLevel" in value else None
+            normalized[name] = (level, {k: v for k, v in value.items() if k != "enforcementLevel"})
+        else:
+            normalized[name] = (_level(value), {})
+    return normalized
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+def _run(policy: Policy, args: Any, result: PolicyResult, report: Any) -> None:
+    try:
+        outcome = policy.validate(args, report)
+        if isawaitable(outcome):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(outcome)
+            finally:
+                loop.close()
+    except UnknownValueError as error:
+        _note(result, f"can't run policy '{policy.name}' from policy pack '{PACK_NAME}' during preview: {error.message}")
+    except _NotApplicableError as error:
+        _note(result, f"not applicable: {error.reason or 'Policy does not apply'}")
+
+
+def _note(result: PolicyResult, note: str) -> None:
+    if note not in result.notes:
+        result.notes.append(note)
+
+
+def run_policies(
+    resources: Sequence[Mapping[str, Any]],
+    stack: str,
+    config: Mapping[str, Any] | None = None,
+    policies: Sequence[Policy] = POLICIES,
+    project: str = PROJECT,
+) -> list[PolicyResult]:
+    """Every policy's result over these registrations; disabled policies are listed without running."""
+    normalized = _normalize(config or {})
+    all_level = normalized.get(ALL_POLICIES, (None, {}))[0]
+    entries = _entries(resources, stack, project)
+    names = {e.urn: e.name for e in entries}
+    results = []
+    for policy in policies:
+        level, properties = normalized.get(policy.name, (None, {}))
+        level = level or all_level or policy.enforcement_level or PACK_ENFORCEMENT
+        if level == EnforcementLevel.REMEDIATE:
+            level = EnforcementLevel.MANDATORY  # a violation left after remediation is reported as mandatory
+        result = PolicyResult(policy.name, policy.description, level.value)
+        results.append(result)
+        if level == EnforcementLevel.DISABLED:
+            continue
+        policy_config = dict(properties) or None
+        if isinstance(policy, ResourceValidationPolicy):
+            for entry in entries:
+                args = ResourceValidationArgs(
+                    entry.type, _props(entry.struct), entry.urn, entry.name, entry.options(), None, policy_config, {}
+                )
+                _run(policy, args, result, _reporter(result, names, entry.name))
+        elif isinstance(policy, StackValidationPolicy):
+            args = StackValidationArgs(_stack_resources(entries), policy_config, {})
+            _run(policy, args, result, _reporter(result, names, None))
+    return results
+
+
+def _reporter(result: PolicyResult, names: Mapping[str, str], subject: str | None):
+    """report_violation(message, urn=None): the URN (else the analyzed resource) names the resource."""
+
+    def report(message: str, urn: str | None = None) -> None:
+        resource = names.get(urn, urn) if urn else subject
+        result.violations.append(Violation(resource, message))
+
+    return report
+
+
+def blocking(results: Sequence[PolicyResult]) -> bool:
+    """Whether any mandatory policy was violated (`pulumi up` would stop)."""
+    return any(r.blocking for r in results)
+
+
+def as_json(results: Sequence[PolicyResult]) -> dict[str, Any]:
+    return {"policies": [r.as_dict() for r in results]}

@@ -1,0 +1,112 @@
+"""EFA node groups keep their nodes close and let them talk to each other.
+
+EFA traffic needs every node of the pool in one cluster placement group (or in a capacity
+reservation / block, which brings its own placement) and a security group that allows all traffic
+to and from itself; without the self rule, NCCL over EFA hangs at the first collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
+
+from inferstack.policies.pools import LAUNCH_TEMPLATE, NodeGroupView, efa_interfaces, node_groups
+from inferstack.policies.props import dig, items, mapping, text
+
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+PLACEMENT_GROUP = "aws:ec2/placementGroup:PlacementGroup"
+VPC_RULES = {
+    "ingress": "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    "egress": "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
+}
+EC2_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+ALL_PROTOCOLS = ("-1", "all")
+
+
+def _group_ids(template: PolicyResource) -> set[str]:
+    props = template.props
+    ids = {text(i) for i in items(props.get("vpcSecurityGroupIds"))}
+    for interface in items(props.get("networkInterfaces")):
+        ids |= {text(i) for i in items(mapping(interface).get("securityGroups"))}
+    return ids - {""}
+
+
+def _self_rule(direction: str, template: PolicyResource, resources: Sequence[PolicyResource]) -> bool:
+    """Whether one of the template's security groups allows all traffic from/to itself in this direction."""
+    ids = _group_ids(template)
+    for rule in resources:
+        props = rule.props
+        if rule.resource_type == VPC_RULES[direction]:
+            group = text(props.get("securityGroupId"))
+            if (
+                group in ids
+                and text(props.get("referencedSecurityGroupId")) == group
+                and text(props.get("ipProtocol")) in ALL_PROTOCOLS
+            ):
+                return True
+        elif rule.resource_type == EC2_RULE and text(props.get("type")) == direction:
+            group = text(props.get("securityGroupId"))
+            self_source = props.get("self") is True or text(props.get("sourceSecurityGroupId")) == group
+            if group in ids and self_source and text(props.get("protocol")) in ALL_PROTOCOLS:
+                return True
+    for group in (d for d in template.dependencies if d.resource_type == SECURITY_GROUP):
+        for inline in items(group.props.get(direction)):
+            inline = mapping(inline)
+            if inline.get("self") is True and text(inline.get("protocol")) in ALL_PROTOCOLS:
+                return True
+    return False
+
+
+def _reservation(template: PolicyResource, users: Sequence[NodeGroupView]) -> bool:
+    props = template.props
+    target = mapping(dig(props, "capacityReservationSpecification", "capacityReservationTarget"))
+    return (
+        bool(text(target.get("capacityReservationId")) or text(target.get("capacityReservationResourceGroupArn")))
+        or text(dig(props, "instanceMarketOptions", "marketType")) == "capacity-block"
+        or any(g.capacity_type == "CAPACITY_BLOCK" for g in users)
+    )
+
+
+def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
+    groups = node_groups(args.resources)
+    for template in (r for r in args.resources if r.resource_type == LAUNCH_TEMPLATE):
+        interfaces = efa_interfaces(template)
+        if not interfaces:
+            continue
+        users = [g for g in groups if g.launch_template is template]
+        used_by = f" (node groups {', '.join(g.name for g in users)})" if users else ""
+        subject = f"launch template {template.name}{used_by} attaches {interfaces} EFA interfaces"
+        placement = text(dig(template.props, "placement", "groupName"))
+        if not placement and not _reservation(template, users):
+            report(
+                f"{subject} but no placement group and no capacity reservation. To fix: keep "
+                "efa.create_placement_group true (a cluster placement group), name an existing one in "
+                "efa.placement_group, or back the pool with a capacity reservation or block.",
+                template.urn,
+            )
+        for group in (d for d in template.dependencies if d.resource_type == PLACEMENT_GROUP):
+            strategy = text(group.props.get("strategy"))
+            if strategy != "cluster":
+                report(
+                    f"{subject} into placement group {group.name} with strategy {strategy or 'unset'!r}. "
+                    "To fix: use strategy 'cluster', the only one that keeps EFA nodes on one network spine.",
+                    template.urn,
+                )
+        for direction in ("ingress", "egress"):
+            if not _self_rule(direction, template, args.resources):
+                report(
+                    f"{subject} but none of its security groups allows all {direction} traffic "
+                    f"{'from' if direction == 'ingress' else 'to'} itself. To fix: add a "
+                    f"vpc.SecurityGroup{direction.capitalize()}Rule with referenced_security_group_id = the group's "
+                    "own id and ip_protocol '-1'.",
+                    template.urn,
+                )
+
+
+efa_placement_and_security_group = StackValidationPolicy(
+    name="efa-placement-and-security-group",
+    description="EFA node groups launch into a cluster placement group (or a reservation) with a self-referencing all-traffic security group.",
+    validate=_validate,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)

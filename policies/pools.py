@@ -1,0 +1,348 @@
+"""What each node group offers the scheduler, recovered from the resources the program registered.
+
+A node group's labels name its pool and the MIG / device-plugin config its nodes select; the GPU
+operator release (or a ConfigMap it names) holds those configs; the launch template holds the EFA
+interfaces; the catalog knows GPUs per instance type. Joined, they give the extended resources
+one node advertises. The spec derives the same facts (`PoolHardware`), but the rules read them
+from what was registered, so a layer that drifts from the spec is caught here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pulumi_policy import PolicyResource
+
+from inferstack import conventions
+from inferstack.catalog import InstanceType, UnknownInstanceType, instance_type
+from inferstack.policies.props import dig, items, mapping, string_map, text, whole
+from inferstack.policies.workloads import PodTemplate, Workload, expression_matches, workload
+from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU
+
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+HELM_RELEASE_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+EFA_INTERFACE_TYPES = ("efa", "efa-only")
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+EKS_NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+MIG_CONFIG_KEY = "config.yaml"  # the key mig-manager reads from its ConfigMap
+DEFAULT_MIG_STRATEGY = "single"  # the gpu-operator chart's default
+
+
+def chart_name(props: Mapping[str, Any]) -> str:
+    """'oci://registry/charts/gpu-operator' or 'nvidia/gpu-operator' -> 'gpu-operator'."""
+    return text(props.get("chart")).rstrip("/").rsplit("/", 1)[-1]
+
+
+def helm_releases(resources: Iterable[PolicyResource]) -> list[PolicyResource]:
+    return [r for r in resources if r.resource_type in HELM_RELEASE_TYPES]
+
+
+def _parse_document(value: Any) -> Mapping[str, Any] | None:
+    """A config given inline (a mapping) or as YAML text; None when it is neither."""
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return None
+        return parsed if isinstance(parsed, Mapping) else None
+    return None
+
+
+def _config_map_data(resources: Sequence[PolicyResource], name: str) -> Mapping[str, Any]:
+    for resource in resources:
+        if resource.resource_type == CONFIG_MAP and text(dig(resource.props, "metadata", "name")) == name:
+            return mapping(resource.props.get("data"))
+    return {}
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """The GPU operator's MIG and device-plugin sharing configuration, as its release sets it."""
+
+    release: str
+    mig_strategy: str
+    mig_configs: Mapping[str, Any] | None       # name -> mig-parted entries; None = the operator's built-in set
+    plugin_configs: Mapping[str, Mapping[str, Any]]  # device-plugin config key -> config
+    plugin_default: str | None
+
+    def mig_entries(self, name: str, instance: InstanceType) -> Sequence[Any] | None:
+        if self.mig_configs is not None:
+            entries = self.mig_configs.get(name)
+            return items(entries) if entries is not None else None
+        if name == "all-disabled":
+            return [{"devices": "all", "mig-enabled": False}]
+        profile = instance.gpu.mig_profile(name.removeprefix("all-")) if name.startswith("all-") else None
+        if profile is None:
+            return None
+        return [{"devices": "all", "mig-enabled": True, "mig-devices": {profile.name: profile.max_count}}]
+
+
+def gpu_operator(resources: Sequence[PolicyResource]) -> OperatorConfig | None:
+    """The gpu-operator release's config, or None when the stack does not install the operator."""
+    release = next((r for r in helm_releases(resources) if chart_name(r.props) == "gpu-operator"), None)
+    if release is None:
+        return None
+    values = mapping(release.props.get("values"))
+    mig = mapping(dig(values, "migManager", "config"))
+    mig_data = mapping(mig.get("data")) or _config_map_data(resources, text(mig.get("name")))
+    mig_document = _parse_document(mig_data.get(MIG_CONFIG_KEY)) if mig_data else None
+    plugin = mapping(dig(values, "devicePlugin", "config"))
+    plugin_data = mapping(plugin.get("data")) or _config_map_data(resources, text(plugin.get("name")))
+    plugin_configs = {}
+    for key, raw in plugin_data.items():
+        parsed = _parse_document(raw)
+        if parsed is not None:
+            plugin_configs[key] = parsed
+    return OperatorConfig(
+        release=release.name,
+        mig_strategy=text(dig(values, "mig", "strategy")) or DEFAULT_MIG_STRATEGY,
+        mig_configs=mapping(mig_document.get("mig-configs")) if mig_document is not None else None,
+        plugin_configs=plugin_configs,
+        plugin_default=text(plugin.get("default")) or None,
+    )
+
+
+@dataclass
+class NodeGroupView:
+    """One managed node group: where it sits (labels), how its nodes are bought, what one node offers."""
+
+    resource: PolicyResource
+    labels: dict[str, str]
+    capacity_type: str
+    instance_types: tuple[str, ...]
+    min_size: int
+    max_size: int
+    launch_template: PolicyResource | None
+    advertised: dict[str, int] | None = None  # None: unknown (the stack installs no GPU operator)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.resource.name
+
+    @property
+    def pool(self) -> str | None:
+        return self.labels.get(conventions.POOL_LABEL)
+
+    @property
+    def is_spot(self) -> bool:
+        return self.capacity_type == "SPOT"
+
+    @property
+    def instance(self) -> InstanceType | None:
+        """The catalog entry of the first instance type (the one prices and sizing are quoted for)."""
+        if not self.instance_types:
+            return None
+        try:
+            return instance_type(self.instance_types[0])
+        except UnknownInstanceType:
+            return None
+
+    def offers(self, resource_name: str) -> int:
+        return (self.advertised or {}).get(resource_name, 0)
+
+    def node_labels(self, instance: str | None) -> dict[str, str]:
+        """Labels its nodes carry: the group's own, plus what EKS and the kubelet add."""
+        labels = {**self.labels, conventions.EKS_CAPACITY_LABEL: self.capacity_type}
+        group_name = text(self.resource.props.get("nodeGroupName"))
+        if group_name:
+            labels[EKS_NODEGROUP_LABEL] = group_name
+        if instance:
+            labels[INSTANCE_TYPE_LABEL] = instance
+        return labels
+
+    def carries(self, wanted: Mapping[str, str], terms: Sequence[Sequence[Mapping[str, Any]]] = ()) -> bool:
+        """Whether nodes of some instance type of the group have these labels and satisfy one of the terms."""
+        for instance in self.instance_types or (None,):
+            labels = self.node_labels(instance)
+            if any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            if not terms or any(all(expression_matches(e, labels) for e in term) for term in terms):
+                return True
+        return False
+
+    def can_run(self, template: PodTemplate) -> bool:
+        """Whether the template's nodeSelector and required node affinity accept this group's nodes."""
+        return self.carries(template.node_selector(), template.required_node_terms())
+
+    def node_capacity(self, resource_name: str) -> float | None:
+        """What one node offers of a resource: device resources as advertised, cpu and memory from the
+        catalog (the largest instance type of the group); None when it cannot be known."""
+        if resource_name in ("cpu", "memory"):
+            try:
+                types = [instance_type(name) for name in self.instance_types]
+            except UnknownInstanceType:
+                return None
+            if not types:
+                return None
+            if resource_name == "cpu":
+                return float(max(t.vcpus for t in types))
+            return float(max(t.memory_mib for t in types) * 2**20)
+        if self.advertised is None:
+            return None
+        return float(self.offers(resource_name))
+
+    def __str__(self) -> str:
+        pool = f"pool {self.pool}, " if self.pool else ""
+        return f"{self.name} ({pool}{self.capacity_type}, {self.min_size}-{self.max_size} nodes)"
+
+
+def _linked(resource: PolicyResource, candidates: Sequence[PolicyResource], ref: Mapping[str, Any]) -> PolicyResource | None:
+    """The candidate this resource depends on, else the one whose id/name the reference carries."""
+    for dependency in resource.dependencies:
+        if dependency in candidates:
+            return dependency
+    wanted = {text(ref.get("id")), text(ref.get("name"))} - {""}
+    for candidate in candidates:
+        if {text(candidate.props.get("id")), text(candidate.props.get("name"))} & wanted:
+            return candidate
+    return None
+
+
+def efa_interfaces(launch_template: PolicyResource | None) -> int:
+    if launch_template is None:
+        return 0
+    return sum(
+        1
+        for interface in items(launch_template.props.get("networkInterfaces"))
+        if text(mapping(interface).get("interfaceType")) in EFA_INTERFACE_TYPES
+    )
+
+
+def node_groups(resources: Sequence[PolicyResource]) -> list[NodeGroupView]:
+    """Every managed node group of the stack with what one of its nodes advertises."""
+    templates = [r for r in resources if r.resource_type == LAUNCH_TEMPLATE]
+    operator = gpu_operator(resources)
+    views = []
+    for resource in resources:
+        if resource.resource_type != NODE_GROUP:
+            continue
+        props = resource.props
+        template_ref = mapping(props.get("launchTemplate"))
+        template = _linked(resource, templates, template_ref) if template_ref else None
+        types = tuple(t for t in items(props.get("instanceTypes")) if isinstance(t, str))
+        if not types and template is not None and text(template.props.get("instanceType")):
+            types = (text(template.props.get("instanceType")),)
+        scaling = mapping(props.get("scalingConfig"))
+        view = NodeGroupView(
+            resource=resource,
+            labels=string_map(props.get("labels")),
+            capacity_type=text(props.get("capacityType")) or "ON_DEMAND",
+            instance_types=types,
+            min_size=whole(scaling.get("minSize"), 0),
+            max_size=whole(scaling.get("maxSize"), 0),
+            launch_template=template,
+        )
+        _fill_advertised(view, operator)
+        views.append(view)
+    return views
+
+
+def _fill_advertised(view: NodeGroupView, operator: OperatorConfig | None) -> None:
+    instance = view.instance
+    advertised: dict[str, int] = {}
+    efa = efa_interfaces(view.launch_template)
+    if efa:
+        advertised[EFA_RESOURCE] = efa
+    gpus = instance.gpu_count if instance is not None else 0
+    if gpus:
+        if operator is None:
+            view.problems.append("the stack installs no gpu-operator release, so its GPU resources are unknown")
+            return
+        advertised.update(_gpu_resources(view, instance, operator))
+    view.advertised = advertised
+
+
+def _add(total: dict[str, int], name: str, amount: int) -> None:
+    if amount > 0:
+        total[name] = total.get(name, 0) + amount
+
+
+def _gpu_resources(view: NodeGroupView, instance: InstanceType, operator: OperatorConfig) -> dict[str, int]:
+    gpus = instance.gpu_count
+    found: dict[str, int] = {}
+    mig_config = view.labels.get(conventions.MIG_CONFIG_LABEL)
+    if mig_config:
+        entries = operator.mig_entries(mig_config, instance)
+        if entries is None:
+            view.problems.append(
+                f"its nodes select {conventions.MIG_CONFIG_LABEL}={mig_config} but release {operator.release} "
+                "defines no MIG config of that name"
+            )
+            return found
+        for entry in entries:
+            entry = mapping(entry)
+            devices = entry.get("devices")
+            count = gpus if devices == "all" or devices is None else len(items(devices))
+            if entry.get("mig-enabled") is True:
+                for profile, per_gpu in mapping(entry.get("mig-devices")).items():
+                    name = f"nvidia.com/mig-{profile}" if operator.mig_strategy == "mixed" else WHOLE_GPU
+                    _add(found, name, count * whole(per_gpu, 0))
+            else:
+                _add(found, WHOLE_GPU, count)
+        return found
+    key = view.labels.get(conventions.DEVICE_PLUGIN_CONFIG_LABEL) or operator.plugin_default
+    if not key:
+        return {WHOLE_GPU: gpus}
+    config = operator.plugin_configs.get(key)
+    if config is None:
+        view.problems.append(
+            f"its nodes select device-plugin config {key!r} but release {operator.release} defines no such config"
+        )
+        return found
+    sharing = mapping(dig(config, "sharing", "timeSlicing")) or mapping(dig(config, "sharing", "mps"))
+    if not sharing:
+        return {WHOLE_GPU: gpus}
+    renamed = sharing.get("renameByDefault") is True
+    for resource in items(sharing.get("resources")):
+        resource = mapping(resource)
+        if text(resource.get("name")) != WHOLE_GPU:
+            continue
+        name = text(resource.get("rename")) or (f"{WHOLE_GPU}.shared" if renamed else WHOLE_GPU)
+        _add(found, name, gpus * whole(resource.get("replicas"), 1))
+    return found
+
+
+def describe_offer(groups: Sequence[NodeGroupView]) -> str:
+    """'prod-h100-spot: nvidia.com/gpu=8, vpc.amazonaws.com/efa=32 per node; ...' for messages."""
+    parts = []
+    for group in groups:
+        if group.advertised is None:
+            offer = "unknown"
+        elif group.advertised:
+            offer = ", ".join(f"{k}={v}" for k, v in sorted(group.advertised.items())) + " per node"
+        else:
+            offer = "no device resources"
+        problems = f" ({'; '.join(group.problems)})" if group.problems else ""
+        parts.append(f"{group.name}: {offer}{problems}")
+    return "; ".join(parts) or "no node groups"
+
+
+@dataclass(frozen=True)
+class RegisteredWorkload:
+    resource: PolicyResource
+    workload: Workload
+
+    def __str__(self) -> str:
+        return str(self.workload)
+
+
+def workloads(resources: Sequence[PolicyResource]) -> list[RegisteredWorkload]:
+    found = []
+    for resource in resources:
+        view = workload(resource.resource_type, resource.props, resource.name)
+        if view is not None:
+            found.append(RegisteredWorkload(resource, view))
+    return found
+
+
+def candidates(groups: Sequence[NodeGroupView], template: PodTemplate) -> list[NodeGroupView]:
+    """Node groups whose nodes the template's pods may land on."""
+    return [g for g in groups if g.can_run(template)]

@@ -1,0 +1,164 @@
+"""vLLM serving workloads are safe to roll and to evict, and use the engine features that pay for themselves.
+
+Loading weights takes minutes: without a startup probe the kubelet kills a loading server, without
+a readiness probe traffic reaches it before the model is loaded, without a PodDisruptionBudget a
+node drain takes every replica at once, and without CPU/memory requests the scheduler packs the
+tokenizer and the HTTP server onto a node with no room for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel,
+    ReportViolation,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from inferstack.catalog import GPUS
+from inferstack.policies.pools import candidates, node_groups, workloads
+from inferstack.policies.props import dig, mapping, text
+from inferstack.policies.workloads import (
+    command_tokens,
+    flag_value,
+    is_pooling_model,
+    is_vllm,
+    kind_of,
+    selector_matches,
+    workload,
+)
+
+PROBES = ("startupProbe", "readinessProbe")
+REQUESTS = ("cpu", "memory")
+PDB = "PodDisruptionBudget"
+FP8_KV_FROM_COMPUTE_CAPABILITY = 9.0  # Hopper and newer have FP8 tensor cores
+
+
+def _has_request(container: Mapping[str, Any], name: str) -> bool:
+    """Set as a request, or as a limit (the API server then copies it into requests)."""
+    resources = mapping(container.get("resources"))
+    return any(dig(resources, section, name) not in (None, "", 0) for section in ("requests", "limits"))
+
+
+def _probes_and_requests(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    found = workload(args.resource_type, args.props, args.name)
+    if found is None or not found.is_serving or not found.runs_vllm:
+        return
+    # A LeaderWorkerSet serves from its leader; headless workers have no HTTP server to probe.
+    has_leader = any(t.role == "leader" for t in found.templates)
+    for template in found.templates:
+        probed = not has_leader or template.role == "leader"
+        for container in template.containers(init=False):
+            name = text(container.get("name"), "?")
+            where = f"{found} container {name!r}" + ("" if template.role == "pod" else f" ({template.role})")
+            if probed and is_vllm(container):
+                missing = [p for p in PROBES if not mapping(container.get(p))]
+                if missing:
+                    report(
+                        f"{where} has no {' or '.join(missing)}. To fix: add a startupProbe that allows for weight "
+                        "loading (httpGet /health with a failureThreshold x periodSeconds of several minutes) and a "
+                        "readinessProbe on /health."
+                    )
+            missing = [r for r in REQUESTS if not _has_request(container, r)]
+            if missing:
+                report(f"{where} requests no {' or '.join(missing)}. To fix: set resources.requests.{missing[0]}.")
+
+
+vllm_probes_and_requests = ResourceValidationPolicy(
+    name="vllm-probes-and-requests",
+    description="vLLM serving pods have startup and readiness probes and CPU/memory requests.",
+    validate=_probes_and_requests,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+
+def _disruption_budget(args: StackValidationArgs, report: ReportViolation) -> None:
+    budgets = [
+        (text(dig(r.props, "metadata", "namespace")) or "default", mapping(dig(r.props, "spec", "selector")))
+        for r in args.resources
+        if kind_of(r.resource_type) == PDB
+    ]
+    for registered in workloads(args.resources):
+        found = registered.workload
+        if not found.is_serving or not found.runs_vllm:
+            continue
+        covered = any(
+            namespace == found.namespace and selector_matches(selector, template.labels)
+            for namespace, selector in budgets
+            for template in found.templates
+        )
+        if not covered:
+            report(
+                f"{found} has no PodDisruptionBudget selecting its pods in namespace {found.namespace}. To fix: add "
+                "a policy/v1 PodDisruptionBudget with maxUnavailable 1 whose selector matches the pod labels.",
+                registered.resource.urn,
+            )
+
+
+vllm_disruption_budget = StackValidationPolicy(
+    name="vllm-disruption-budget",
+    description="Every vLLM serving workload has a PodDisruptionBudget.",
+    validate=_disruption_budget,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+
+def _prefix_caching(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    found = workload(args.resource_type, args.props, args.name)
+    if found is None:
+        return
+    for _template, container in found.vllm_containers():
+        if is_pooling_model(container):
+            continue
+        tokens = command_tokens(container)
+        explicit = flag_value(tokens, "--enable-prefix-caching")
+        if {"--no-enable-prefix-caching", "--disable-prefix-caching"} & set(tokens) or (explicit or "").lower() in ("false", "0"):
+            report(
+                f"{found} container {text(container.get('name'), '?')!r} turns prefix caching off. To fix: set "
+                "enable_prefix_caching true; shared system prompts and multi-turn chats then skip their prefill."
+            )
+
+
+vllm_prefix_caching = ResourceValidationPolicy(
+    name="vllm-prefix-caching",
+    description="vLLM generation servers keep prefix caching on (advisory).",
+    validate=_prefix_caching,
+    enforcement_level=EnforcementLevel.ADVISORY,
+)
+
+
+def _hopper_or_newer(group_gpu: str | None) -> bool:
+    gpu = GPUS.get(group_gpu or "")
+    return gpu is not None and float(gpu.compute_capability) >= FP8_KV_FROM_COMPUTE_CAPABILITY
+
+
+def _fp8_kv_cache(args: StackValidationArgs, report: ReportViolation) -> None:
+    groups = node_groups(args.resources)
+    for registered in workloads(args.resources):
+        found = registered.workload
+        for template, container in found.vllm_containers():
+            if is_pooling_model(container) or (template.role == "worker" and len(found.templates) > 1):
+                continue
+            eligible = candidates(groups, template)
+            hopper = [g for g in eligible if _hopper_or_newer(g.instance.gpu.name if g.instance else None)]
+            dtype = flag_value(command_tokens(container), "--kv-cache-dtype") or "auto"
+            if hopper and not dtype.startswith("fp8"):
+                report(
+                    f"{found} runs on {hopper[0].instance.gpu.name} nodes ({', '.join(g.name for g in hopper)}) with "
+                    f"--kv-cache-dtype {dtype}. To fix: set kv_cache_dtype 'fp8'; it halves KV-cache memory, "
+                    "doubling the context or batch that fits, at a small accuracy cost.",
+                    registered.resource.urn,
+                )
+
+
+vllm_fp8_kv_cache = StackValidationPolicy(
+    name="vllm-fp8-kv-cache",
+    description="vLLM on Hopper or newer GPUs stores the KV cache in FP8 (advisory).",
+    validate=_fp8_kv_cache,
+    enforcement_level=EnforcementLevel.ADVISORY,
+)
