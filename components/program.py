@@ -12,6 +12,7 @@ from inferstack.stacks import StackNotFound, load_stack
 
 def deploy(spec: StackSpec) -> None:
     """Create every layer of the platform for one stack spec and export its outputs."""
+    spec = spec.resolved()
     from inferstack.aws.foundation import AwsFoundation, AwsFoundationArgs
     from inferstack.platform import ClusterPlatform, ClusterPlatformArgs
     from inferstack.serving.serving import Serving, ServingArgs

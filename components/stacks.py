@@ -51,11 +51,10 @@ def stack_file(stacks_dir: Path, name: str) -> Path:
 
 
 def load_stack(stacks_dir: Path, name: str) -> StackSpec:
-    """Load and validate a stack; raise SpecError (with file and line) or StackNotFound."""
+    """Load and validate a stack, `auto` placements decided; raise SpecError (with file and line) or StackNotFound."""
     path = stack_file(stacks_dir, name)
-    if path.suffix == ".py":
-        return _load_python(path)
-    return _load_document(path)
+    spec = _load_python(path) if path.suffix == ".py" else _load_document(path)
+    return spec.resolved()
 
 
 def _load_python(path: Path) -> StackSpec:

@@ -74,7 +74,7 @@ def test_cross_field_error_from_a_yaml_stack(stacks: Path):
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "inferstack: bad.yaml: models[0].pool: 'gpus' is not a node pool (did you mean 'gpu'?); defined pools: "
-        "'gpu'. To fix: set pool to one of them or add a node pool with that name"
+        "'gpu'. To fix: set pool to one of them, to 'auto', or add a node pool with that name"
     )
     assert not (stacks / "out").exists(), "nothing is rendered for an invalid spec"
 

@@ -12,6 +12,8 @@ from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_typ
 from inferstack.catalog.models import known_model_ids, model_facts
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
 from inferstack.spec.models import (
+    AUTO,
+    ModelServiceSpec,
     CreateCluster,
     MigSharing,
     MpsSharing,
@@ -24,15 +26,40 @@ from inferstack.spec.pools import PoolHardware
 RESERVED_LABELS = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
 
 
-def check_stack(spec: StackSpec) -> None:
+def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
+    """Check the whole stack; return its model services with any `auto` placement decided."""
+    from inferstack.auto_placement import resolve_models  # it sizes with the spec package loaded
+
     _unique_names(spec)
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
     _check_gpu_operator(spec)
     _check_cluster(spec)
     for i, model in enumerate(spec.models):
-        _check_model(spec, i, pools)
+        _check_auto_fields(spec, i, pools)
+    models = resolve_models(spec, pools)
+    for i, model in enumerate(models):
+        _check_model(spec, i, model, pools)
     _check_workers(spec)
     _check_queues(spec, pools)
+    return models
+
+
+def _check_auto_fields(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) -> None:
+    """What auto placement needs before it runs: a named pool exists, an `auto` MIG profile has a MIG pool."""
+    model = spec.models[index]
+    if model.pool != AUTO and model.pool not in pools:
+        raise SpecError(
+            f"models[{index}].pool",
+            f"{model.pool!r} is not a node pool{did_you_mean(model.pool, pools)}; defined pools: {quoted(pools)}",
+            "set pool to one of them, to 'auto', or add a node pool with that name",
+        )
+    if model.architecture is None and model_facts(model.model) is None:
+        raise SpecError(
+            f"models[{index}].model",
+            f"{model.model!r} is not in the model catalog{did_you_mean(model.model, known_model_ids())}",
+            "add `architecture` (params_billion, layers, hidden_size, attention_heads, kv_heads, head_dim, "
+            "max_context) to the service, or use a catalog model",
+        )
 
 
 def _unique_names(spec: StackSpec) -> None:
@@ -274,23 +301,9 @@ def _check_cluster(spec: StackSpec) -> None:
 # ----------------------------------------------------------------------------------------------- models
 
 
-def _check_model(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) -> None:
-    model = spec.models[index]
+def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: dict[str, PoolHardware]) -> None:
     path = f"models[{index}]"
-    if model.pool not in pools:
-        raise SpecError(
-            f"{path}.pool",
-            f"{model.pool!r} is not a node pool{did_you_mean(model.pool, pools)}; defined pools: {quoted(pools)}",
-            "set pool to one of them or add a node pool with that name",
-        )
     hardware = pools[model.pool]
-    if model.architecture is None and model_facts(model.model) is None:
-        raise SpecError(
-            f"{path}.model",
-            f"{model.model!r} is not in the model catalog{did_you_mean(model.model, known_model_ids())}",
-            "add `architecture` (params_billion, layers, hidden_size, attention_heads, kv_heads, head_dim, "
-            "max_context) to the service, or use a catalog model",
-        )
     max_context = model.resolved_architecture.max_context
     if model.max_model_len > max_context:
         raise SpecError(

@@ -8,6 +8,7 @@ by `describe_validation_error`.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ValidationError
@@ -67,11 +68,20 @@ def _first_model(annotation) -> type[BaseModel] | None:
     return None
 
 
+# Pydantic names union members and wrapped validators in error locations ("constrained-int",
+# "literal['auto']", "function-after[...]"); they are not fields the user wrote.
+_UNION_MEMBER = re.compile(r"^(constrained-\w+|literal\[.*\]|int|str|float|bool|none|(function|nullable|lax-or-strict)[-\w]*\[.*\])$")
+
+
+def _field_loc(loc: Sequence[str | int]) -> list[str | int]:
+    return [p for p in loc if not (isinstance(p, str) and _UNION_MEMBER.match(p))]
+
+
 def describe_validation_error(error: ValidationError, root: type[BaseModel] | None = None) -> SpecError:
     """Turn pydantic's first error into a SpecError; the count of further errors is appended."""
     errors = error.errors(include_url=False)
     first = errors[0]
-    loc = [p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    loc = _field_loc(first["loc"])
     kind = first["type"]
     message = first["msg"]
     if kind == "extra_forbidden":
@@ -98,7 +108,7 @@ def describe_validation_error(error: ValidationError, root: type[BaseModel] | No
     else:
         problem = f"{message} (got {first.get('input')!r})"
         fix = "correct the value's type or range"
-    more = len(errors) - 1
+    more = len({tuple(_field_loc(e["loc"])) for e in errors}) - 1
     if more:
         fix += f" ({more} more problem{'s' if more > 1 else ''} after this one)"
     return SpecError(format_path(loc), problem, fix)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 from inferstack.catalog.models import model_facts
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, min_length=1, max_length=40)]
@@ -21,6 +21,7 @@ PinnedImage = Annotated[
 ]
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+AUTO = "auto"  # a model service's pool, tensor_parallel or mig_profile left to auto placement
 
 
 class Model(BaseModel):
@@ -391,13 +392,19 @@ class ModelServiceSpec(Model):
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto", description="KV-cache dtype; fp8 halves KV memory. Defaults to auto (the activation dtype)."
     )
-    pool: str = Field(description="Node pool the service runs on. Required.")
-    tensor_parallel: int = Field(1, ge=1, le=8, description="GPUs per node the model is split across. Defaults to 1.")
+    pool: str = Field(
+        description="Node pool the service runs on, or 'auto' for the cheapest pool that fits it. Required."
+    )
+    tensor_parallel: Annotated[int, Field(ge=1, le=8)] | Literal["auto"] = Field(
+        1, description="GPUs per node the model is split across, or 'auto' for the cheapest that fits. Defaults to 1."
+    )
     pipeline_parallel: int = Field(
         1, ge=1, le=16, description="Nodes the model is split across (multi-node via LeaderWorkerSet). Defaults to 1."
     )
     mig_profile: str | None = Field(
-        None, description="MIG profile per replica on a MIG pool, e.g. '3g.40gb'. Defaults to none (whole GPUs)."
+        None,
+        description="MIG profile per replica on a MIG pool, e.g. '3g.40gb', or 'auto' for the smallest slice of the "
+        "pool's layout that fits. Defaults to none (whole GPUs).",
     )
     max_model_len: int = Field(8192, ge=128, description="Context length served (--max-model-len). Defaults to 8192.")
     max_num_seqs: int | None = Field(
@@ -536,12 +543,29 @@ class StackSpec(Model):
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, description="Metrics. Defaults to all on.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guardrails. Defaults to none enforced.")
 
+    _resolved_models: tuple[ModelServiceSpec, ...] = PrivateAttr(default=())
+    _auto_placed: tuple[str, ...] = PrivateAttr(default=())
+
     @model_validator(mode="after")
     def _cross_field_checks(self) -> "StackSpec":
         from inferstack.spec.checks import check_stack
 
-        check_stack(self)
+        self._resolved_models = check_stack(self)
         return self
+
+    def resolved(self) -> "StackSpec":
+        """This stack with every `auto` placement decided (itself when there is none)."""
+        if self._resolved_models == tuple(self.models):
+            return self
+        resolved = self.model_copy(update={"models": list(self._resolved_models)})
+        resolved._resolved_models = self._resolved_models
+        resolved._auto_placed = tuple(m.name for m, r in zip(self.models, self._resolved_models) if m != r)
+        return resolved
+
+    @property
+    def auto_placed(self) -> tuple[str, ...]:
+        """Names of the services whose pool, tensor_parallel or MIG profile auto placement chose."""
+        return self._auto_placed
 
     @property
     def cluster_name(self) -> str:
