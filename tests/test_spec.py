@@ -134,6 +134,10 @@ REJECTIONS = {
         lambda s: s["node_pools"][1].update(gpu_sharing={"mode": "mig", "layout": {"3g.40gb": 3}}),
         "node_pools[1].gpu_sharing.layout.3g.40gb", "holds at most 2",
     ),
+    "media-extension mig profile": (
+        lambda s: s["node_pools"][1].update(gpu_sharing={"mode": "mig", "layout": {"1g.10gb+me": 1}}),
+        "node_pools[1].gpu_sharing.layout.1g.10gb+me", "is a media-extension profile",
+    ),
     "single strategy with two profiles": (
         lambda s: s["node_pools"][1].update(
             gpu_sharing={"mode": "mig", "strategy": "single", "layout": {"3g.40gb": 1, "2g.20gb": 1}}

@@ -231,6 +231,13 @@ def _check_sharing(path: str, hardware: PoolHardware) -> None:
                     f"{did_you_mean(profile_name, [p.name for p in gpu.mig_profiles])}",
                     f"use profiles of {gpu.name}: {quoted(p.name for p in gpu.mig_profiles)}",
                 )
+            if profile_name.endswith("+me"):
+                raise SpecError(
+                    f"{path}.gpu_sharing.layout.{profile_name}",
+                    f"{profile_name!r} is a media-extension profile (video engines), which adds nothing for "
+                    "model serving and has no Kubernetes resource name the device plugin can advertise",
+                    f"use {profile_name.removesuffix('+me')!r}",
+                )
             if count > profile.max_count:
                 raise SpecError(
                     f"{path}.gpu_sharing.layout.{profile_name}",
