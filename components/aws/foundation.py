@@ -95,7 +95,6 @@ class AwsFoundation(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AwsFoundationArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         spec = args.spec
-        check_resource_names(spec)
         provider = pulumi_aws.Provider(
             f"{name}-{PROVIDER}",
             region=spec.region,

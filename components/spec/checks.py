@@ -41,7 +41,19 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
         _check_model(spec, i, model, pools)
     _check_workers(spec)
     _check_queues(spec, pools)
+    _check_aws_names(spec)
     return models
+
+
+def _check_aws_names(spec: StackSpec) -> None:
+    """The AWS layer's naming and subnet rules, checked here so a bad spec stops before anything is created."""
+    from inferstack.aws.foundation import check_resource_names
+    from inferstack.aws.network import default_zones, subnet_layout
+
+    check_resource_names(spec)
+    cluster = spec.cluster
+    if isinstance(cluster, CreateCluster) and not cluster.network.existing_subnet_ids:
+        subnet_layout(cluster.network.vpc_cidr, len(cluster.network.availability_zones or default_zones(spec.region)))
 
 
 def _check_auto_fields(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) -> None:
