@@ -25,6 +25,11 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = with_stack("plan", "run the program on the embedded engine and summarise it")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--html", type=Path, metavar="FILE",
+        help="also write the plan as one self-contained HTML page: pools and GPUs with the models in place, "
+        "cost per pool, the chain of waits to serving",
+    )
     render = with_stack("render", "write resources.json, kubernetes/, helm/ and plan.json")
     render.add_argument("--out", type=Path, required=True, help="output folder")
     commands.add_parser("schema", help="print the StackSpec JSON Schema")
@@ -147,6 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{counts['helm']} Helm releases, plan.json"
         )
         return 0
+    if args.html is not None:
+        from inferstack.engine.html import write_html
+
+        try:
+            write_html(plan, args.html)
+        except OSError as error:
+            print(f"inferstack: cannot write {args.html}: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
         print(json.dumps(plan, indent=2))
     else:

@@ -17,7 +17,7 @@ class PoolCost:
     max_usd_per_hour: float | None
 
 
-def _nodes_at(pool, nodes: int) -> tuple[int, int]:
+def nodes_at(pool, nodes: int) -> tuple[int, int]:
     """(on-demand, discounted) nodes when the pool runs `nodes` nodes: the baseline fills first."""
     on_demand = min(nodes, pool.capacity.on_demand_base)
     rest = nodes - on_demand
@@ -32,7 +32,7 @@ def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
     def at(nodes: int) -> float | None:
         if price is None:
             return None
-        on_demand, spot = _nodes_at(pool, nodes)
+        on_demand, spot = nodes_at(pool, nodes)
         return round(price * (on_demand + spot * (1 - discount)), 4)
 
     baseline = max(pool.min_nodes, pool.capacity.on_demand_base)

@@ -30,11 +30,13 @@ def test_prod_releases_are_pinned_catalog_charts(key):
     assert (release.get("repositoryOpts") or {}).get("repo") == pinned.repository
 
 
-def test_operators_install_in_parallel_once_the_node_pools_exist():
+def test_operators_install_in_parallel_and_only_gpu_node_agents_wait_for_the_node_pools():
     registered = render_stack("prod").of_type(HELM_RELEASE)
     release_names = {r.name for r in registered}
     for release in registered:
-        assert NODE_GROUP in release.depends_on, release.name
+        # Controllers run on the system nodes; the GPU operator's and EFA plugin's DaemonSets on the GPU nodes.
+        node_agent = release.inputs["chart"] in ("gpu-operator", "aws-efa-k8s-device-plugin")
+        assert (NODE_GROUP in release.depends_on) == node_agent, release.name
         assert not release_names & set(release.depends_on), f"{release.name} waits for another release"
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from inferstack.engine.mocks import PlanMocks
 from inferstack.engine.recorder import Recording, record
-from inferstack.spec import StackSpec
+
+if TYPE_CHECKING:  # the spec (pydantic) loads with the program, not with the engine
+    from inferstack.spec import StackSpec
 
 
 def run_stack(spec: StackSpec) -> Recording:

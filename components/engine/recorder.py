@@ -5,6 +5,7 @@ every registration exactly as a real engine would receive it (type, name, parent
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ from pulumi.runtime.sync_await import _sync_await
 PROJECT = "inferstack"
 SECRET_SIG = rpc._special_secret_sig  # the wire marker of a secret value: {SIG_KEY: SECRET_SIG, "value": v}
 SIG_KEY = rpc._special_sig_key
+# While the program runs, the cyclic GC collects young objects every this many allocations (default
+# 700) and leaves full collections until the run is over; see rare_collections.
+YOUNG_COLLECTION_ALLOCATIONS = 100_000
 
 
 @dataclass
@@ -30,6 +34,9 @@ class Registration:
     parent: str | None
     inputs: dict[str, Any]
     depends_on: list[str]
+    # Not in resources.json (as_dict keeps its six keys); the time-to-serving graph reads them.
+    provider: str | None = None                 # the provider resource it is created through
+    input_dependencies: list[str] = field(default_factory=list)  # the part of depends_on its inputs imply
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +96,7 @@ class RecordingMonitor(MockMonitor):
         inputs = rpc.deserialize_properties(request.object, keep_unknowns=True, keep_internal=False)  # secrets stay marked
         with self._lock:
             self._names[response.urn] = request.name
+            implied = {urn for deps in request.propertyDependencies.values() for urn in deps.urns}
             self.recording.resources.append(
                 Registration(
                     type=request.type,
@@ -97,6 +105,8 @@ class RecordingMonitor(MockMonitor):
                     parent=self._names.get(request.parent),
                     inputs=plain(inputs),
                     depends_on=sorted({self._names[urn] for urn in request.dependencies if urn in self._names}),
+                    provider=self._names.get(request.provider.rpartition("::")[0]) if request.provider else None,
+                    input_dependencies=sorted({self._names[urn] for urn in implied if urn in self._names}),
                 )
             )
         return response
@@ -114,7 +124,7 @@ def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:
     ROOT.set(None)
     set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     ROOT.set(None)  # set_mocks made a root Stack; run_in_stack makes the real one, as `pulumi up` does
-    with _program_order() as order:
+    with _program_order() as order, _without_source_positions(), rare_collections():
         try:
             _sync_await(run_in_stack(program))
         except BaseException:
@@ -153,3 +163,32 @@ def _program_order():
         yield order
     finally:
         sdk_resource.register_resource = original
+
+
+@contextmanager
+def _without_source_positions():
+    """Skip the stack trace the SDK takes at every registration for the request's source position:
+    the mock engine and the recording ignore it, and it walks every frame of the program's stack."""
+    import pulumi.runtime.resource as sdk_runtime
+    from pulumi.runtime.proto import source_pb2
+
+    original = sdk_runtime._get_stack_trace
+    sdk_runtime._get_stack_trace = source_pb2.StackTrace  # an empty trace: no source position
+    try:
+        yield
+    finally:
+        sdk_runtime._get_stack_trace = original
+
+
+@contextmanager
+def rare_collections():
+    """A run keeps ~100 objects per resource (outputs, futures, tasks) alive until it ends; with the
+    default thresholds the cyclic GC rescans that growing heap over and over, a third of a large
+    run. Reference counting still frees what dies; cycles wait for the rarer passes. (The policy
+    runner, which builds as many objects over the recording, uses it too.)"""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, 100, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)

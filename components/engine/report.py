@@ -12,6 +12,21 @@ def _usd(value: float | None) -> str:
     return "n/a" if value is None else f"${value:,.2f}"
 
 
+def duration(seconds: float) -> str:
+    """1837.6 -> '30m 38s': minutes are what people plan with."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, rest = divmod(whole, 60)
+    return f"{minutes}m {rest:02d}s" if minutes < 60 else f"{minutes // 60}h {minutes % 60:02d}m {rest:02d}s"
+
+
+REPLICA_PARTS = {
+    "gpu_node": "GPU node", "image_pull": "image pull", "weights_s3_gb_per_s": "weights from S3",
+    "weights_nvme_gb_per_s": "weights from NVMe", "engine_start": "engine start",
+}
+
+
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     resources = plan["resources"]
@@ -24,7 +39,9 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"  {layer}: {sum(kinds.values())} ({counts})")
 
     pools = Table(title="Node pools", title_justify="left")
-    for column in ("pool", "role", "instances", "GPUs/node", "nodes", "capacity", "EFA", "sharing", "$/h min", "$/h max"):
+    for column in (
+        "pool", "role", "instances", "GPUs/node", "nodes", "capacity", "spot", "EFA", "sharing", "$/h min", "$/h max"
+    ):
         pools.add_column(column)
     for pool in plan["node_pools"]:
         nodes = pool["nodes"]
@@ -35,12 +52,20 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
             f"{pool['gpus_per_node']}x {pool['gpu']}",
             f"{nodes['min']}-{nodes['max']} (on-demand {nodes['on_demand_base']})",
             pool["capacity"],
+            "-" if pool["spot"] is None else f"{pool['spot']['assumed_discount']:.0%} off",
             str(pool["efa_interfaces"] or "-"),
             pool["gpu_sharing"],
             _usd(pool["usd_per_hour"]["min"]),
             _usd(pool["usd_per_hour"]["max"]),
         )
     console.print(pools)
+    for pool in plan["node_pools"]:
+        at_min = pool["at_scale"]["min"]["on_demand_nodes"] + pool["at_scale"]["min"]["spot_nodes"]
+        if pool["nodes_for_min_replicas"] > at_min:
+            console.print(
+                f"  [yellow]{pool['name']}[/yellow]: its models' min replicas need {pool['nodes_for_min_replicas']} "
+                f"nodes, min scale is {at_min}: the autoscaler adds the rest, which $/h min does not count"
+            )
 
     if plan["placements"]:
         placements = Table(title="Model placements (per replica)", title_justify="left")
@@ -65,15 +90,101 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     console.print(
         f"[bold]Total[/bold]: up to {totals['gpus_max']} GPUs, {_usd(totals['usd_per_hour_min'])}/h at min scale, "
         f"{_usd(totals['usd_per_hour_max'])}/h at max scale (us-east-1 on-demand prices; spot assumed "
-        f"{spot:.0%} off on-demand)"
+        f"{spot:.0%} off on-demand; min scale runs the on-demand baseline, spot fills the rest up to max)"
     )
     if totals["unpriced_pools"]:
         console.print(f"  not priced (no catalog price): {', '.join(totals['unpriced_pools'])}")
     if totals["budget_usd_per_hour"] is not None:
         within = (totals["usd_per_hour_max"] or 0) <= totals["budget_usd_per_hour"]
         console.print(f"  budget {_usd(totals['budget_usd_per_hour'])}/h: {'within' if within else '[red]OVER[/red]'}")
+    if plan.get("decode_cost", {}).get("models"):
+        print_decode_cost(plan["decode_cost"], console)
+    if plan.get("time_to_serving", {}).get("models"):
+        print_time_to_serving(plan["time_to_serving"], console)
     if plan.get("policies"):
         print_policy_results(plan["policies"], console, passing=False)
+
+
+def print_decode_cost(decode: dict[str, Any], console: Console) -> None:
+    """$/1M output tokens per model at its stated traffic, then every assumption of the model."""
+    table = Table(
+        title="Decode cost at the stated traffic (memory-bandwidth model, on-demand prices)", title_justify="left"
+    )
+    for column in ("model", "traffic", "batch", "tok/s/replica", "replicas", "$/h", "$/1M out", "at full load"):
+        table.add_column(column)
+    for row in decode["models"]:
+        traffic = row["traffic"]
+        asked = (
+            f"{traffic['requests_per_second']:g} req/s x {traffic['mean_input_tokens']}->"
+            f"{traffic['mean_output_tokens']} tok"
+        )
+        if "error" in row:
+            table.add_row(row["model"], asked, f"[red]{row['error']}[/red]", *[""] * 5)
+            continue
+        replicas = f"{row['replicas_needed']} (max {row['max_replicas']})"
+        if row["replicas_needed"] > row["max_replicas"]:
+            replicas = f"[red]{replicas}: raise max_replicas[/red]"
+        table.add_row(
+            row["model"], asked, f"{row['batch']} ({row['batch_limit']})",
+            f"{row['tokens_per_second_per_replica']:,.0f}", replicas, _usd(row["usd_per_hour"]),
+            f"${row['usd_per_million_output_tokens']:.4f}", f"${row['usd_per_million_output_tokens_at_full_load']:.4f}",
+        )
+    console.print(table)
+    console.print("  assumptions of the decode model:")
+    for assumption in decode["assumptions"]:
+        console.print(f"    - {assumption['name']} = {assumption['value']}: {assumption['why']}",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
+def print_time_to_serving(times: dict[str, Any], console: Console) -> None:
+    """Per model: the longest chain of waits from an empty account, its lower bound, and the chain itself."""
+    table = Table(title="Time to serving from an empty account (first ready replica)", title_justify="left")
+    for column in ("model", "program", "lower bound", "weights S3 / NVMe", "first replica"):
+        table.add_column(column)
+    for model in times["models"]:
+        bound = duration(model["lower_bound_seconds"])
+        if model["lower_bound_seconds"] < model["seconds"]:
+            bound = f"[yellow]{bound}[/yellow]"
+        note = "on its first request (scales from zero)" if model["scale_from_zero"] else "at deploy"
+        table.add_row(
+            model["model"], duration(model["seconds"]), bound,
+            f"{duration(model['weights_load_seconds']['s3'])} / {duration(model['weights_load_seconds']['nvme'])}",
+            note + ("; on a new GPU node" if model["new_node"] else ""),
+        )
+    console.print(table)
+    paths = [[step["name"] for step in model["critical_path"][:-1]] for model in times["models"]]
+    shared = 0
+    while all(len(path) > shared and path[shared] == paths[0][shared] for path in paths):
+        shared += 1
+    if len(paths) > 1 and shared:
+        steps = [f"{step['name']} {duration(step['seconds'])}" for step in times["models"][0]["critical_path"][:shared]]
+        console.print(f"  critical path shared by every model: {' -> '.join(steps)}",
+                      markup=False, highlight=False, soft_wrap=True)
+    for model in times["models"]:
+        own = model["critical_path"][shared if len(paths) > 1 else 0:-1]
+        steps = ["..."] if len(paths) > 1 and shared else []
+        steps += [f"{step['name']} {duration(step['seconds'])}" for step in own]
+        parts = ", ".join(f"{REPLICA_PARTS[p['part']]} {duration(p['seconds'])}" for p in model["first_replica"])
+        steps.append(f"first ready replica {duration(model['critical_path'][-1]['seconds'])} ({parts})")
+        console.print(f"  critical path to {model['model']}: " + " -> ".join(steps),
+                      markup=False, highlight=False, soft_wrap=True)
+    if times["needless_edges"]:
+        console.print(
+            f"  [yellow]{len(times['needless_edges'])} needless waits[/yellow] "
+            "(not required by serving_time.DependencyRule):"
+        )
+        for edge in times["needless_edges"]:
+            line = f"    {edge['dependent']} waits for {edge['dependency']} ({edge['kind']})"
+            console.print(line, markup=False, highlight=False)
+    else:
+        console.print("  every wait in the program is required: its longest chains are the lower bound")
+    used = ", ".join(
+        f"{t['key']} {t['seconds']:g}{' GB/s' if t['key'].endswith('_gb_per_s') else ' s'} "
+        f"({'measured' if t['measured'] else 'estimate'})"
+        for t in times["creation_times"]
+    )
+    console.print(f"  typical times (sources in components/serving_time.py and plan.json): {used}",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def print_policy_results(policies: list[dict[str, Any]], console: Console | None = None, passing: bool = True) -> None:

@@ -1,11 +1,15 @@
-"""The plan: what a team reads before it spends money — resources by layer, pools, placements, cost."""
+"""The plan: what a team reads before it spends money — resources by layer, pools, placements, cost,
+dollars per million output tokens at the stated traffic, and time from an empty account to serving."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
-from inferstack.cost import stack_costs
+from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
+from inferstack.cost import nodes_at, stack_costs
 from inferstack.engine.recorder import Recording
 from inferstack.sizing import GIB, fit
 from inferstack.spec import StackSpec
@@ -34,6 +38,7 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
     for pool in spec.node_pools:
         hardware = PoolHardware(pool)
         cost = costs[pool.name]
+        baseline = max(pool.min_nodes, pool.capacity.on_demand_base)
         rows.append(
             {
                 "name": pool.name,
@@ -50,10 +55,37 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                 "advertises_per_node": hardware.resources_per_node,
                 "on_demand_usd_per_node_hour": cost.on_demand_usd_per_node,
                 "spot_discount": cost.spot_discount,
+                # What each scale pays for: on-demand nodes first (the baseline), spot at the assumed discount.
+                "spot": None if not pool.capacity.spot else {
+                    "assumed_discount": cost.spot_discount,
+                    "usd_per_node_hour": None if cost.on_demand_usd_per_node is None
+                    else round(cost.on_demand_usd_per_node * (1 - cost.spot_discount), 4),
+                },
+                "at_scale": {
+                    scale: dict(zip(("on_demand_nodes", "spot_nodes"), nodes_at(pool, nodes)))
+                    for scale, nodes in (("min", baseline), ("max", pool.max_nodes))
+                },
                 "usd_per_hour": {"min": cost.min_usd_per_hour, "max": cost.max_usd_per_hour},
+                **gpu_slots(hardware),
             }
         )
     return rows
+
+
+def gpu_slots(hardware: PoolHardware) -> dict[str, Any]:
+    """What one GPU of the pool is split into for pods: MIG slices (width in compute slices), time-sliced or
+    MPS shares, or the whole GPU; `gpu_width` is the GPU's full width in the same units."""
+    from inferstack.spec.models import MigSharing
+
+    sharing, gpu = hardware.spec.gpu_sharing, hardware.gpu
+    if isinstance(sharing, MigSharing):
+        slots = [
+            {"device": profile, "width": gpu.mig_profile(profile).compute_slices}
+            for profile, count in sharing.layout.items() for _ in range(count)
+        ]
+        return {"gpu_slots": sorted(slots, key=lambda slot: -slot["width"]), "gpu_width": gpu.mig_compute_slices}
+    shares = getattr(sharing, "replicas", 1)
+    return {"gpu_slots": [{"device": gpu.name, "width": 1}] * shares, "gpu_width": shares}
 
 
 def placements(spec: StackSpec) -> list[dict[str, Any]]:
@@ -65,6 +97,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
             {
                 "model": model.name,
                 "pool": model.pool,
+                "auto_placed": model.name in spec.auto_placed,
                 "device": model.mig_profile or hardware.gpu.name,
                 "devices_per_replica": result.devices,
                 "replicas": {"min": model.autoscaling.min_replicas, "max": model.autoscaling.max_replicas},
@@ -80,6 +113,283 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
     return rows
 
 
+def decode_costs(spec: StackSpec) -> dict[str, Any]:
+    """$/1M output tokens of every model that states its traffic, with the model's assumptions."""
+    from inferstack.decode_cost import ASSUMPTIONS, service_decode_cost
+
+    rows = []
+    for model in spec.models:
+        if model.traffic is None:
+            continue
+        traffic = model.traffic
+        row: dict[str, Any] = {
+            "model": model.name,
+            "pool": model.pool,
+            "traffic": {
+                "requests_per_second": traffic.requests_per_second,
+                "mean_input_tokens": traffic.mean_input_tokens,
+                "mean_output_tokens": traffic.mean_output_tokens,
+            },
+        }
+        try:
+            estimate = service_decode_cost(model, PoolHardware(spec.pool(model.pool)))
+        except ValueError as error:   # no catalog price, or the KV cache cannot hold one request
+            rows.append({**row, "error": str(error)})
+            continue
+        rows.append(
+            {
+                **row,
+                "batch": estimate.batch,
+                "batch_limit": estimate.batch_limit,
+                "step_ms": round(estimate.step_seconds * 1000, 2),
+                "tokens_per_second_per_replica": round(estimate.tokens_per_second, 1),
+                "traffic_tokens_per_second": round(estimate.traffic_tokens_per_second, 1),
+                "replicas_needed": estimate.replicas,
+                "max_replicas": model.autoscaling.max_replicas,
+                "usd_per_hour": round(estimate.usd_per_hour, 2),
+                "usd_per_million_output_tokens": round(estimate.usd_per_million_output_tokens, 4),
+                "usd_per_million_output_tokens_at_full_load": round(
+                    estimate.usd_per_million_output_tokens_at_full_load, 4
+                ),
+                "priced_at": "on-demand",
+            }
+        )
+    assumptions = [{"name": a.name, "value": a.value, "why": a.why} for a in ASSUMPTIONS] if rows else []
+    return {"models": rows, "assumptions": assumptions}
+
+
+# Charts of the releases a pod of a model waits for once it exists (serving_time.installer names them).
+GPU_OPERATOR, EFA_PLUGIN, CLUSTER_AUTOSCALER = "gpu-operator", "aws-efa-k8s-device-plugin", "cluster-autoscaler"
+WORKLOAD_TYPES = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+REPLICA_TYPE = "inferstack:serving:FirstReplica"   # not a resource: the moment a model's first replica is ready
+
+
+def graph_resources(recording: Recording) -> list[dict[str, Any]]:
+    """resources.json entries plus what the time-to-serving graph also reads: provider and input dependencies."""
+    return [
+        {**r.as_dict(), "provider": r.provider, "input_dependencies": r.input_dependencies} for r in recording.resources
+    ]
+
+
+def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
+    """From an empty account to each model's first ready replica: the program's longest chain of waits and
+    its lower bound without needless ones (serving_time.DependencyRule), plus the waits a pod has in the
+    cluster (its pool's nodes, the GPU operator, the EFA plugin, a scale-up, KEDA, its S3 credentials)."""
+    from inferstack import serving_time as st
+    from inferstack.sizing import weights_bytes
+
+    resources = graph_resources(recording)
+    by_chart: dict[str, str] = {}
+    workloads: dict[tuple[str | None, str | None], str] = {}
+    pool_groups: dict[str, list[str]] = defaultdict(list)
+    scalers: dict[str, str] = {}
+    readers: list[str] = []
+    reader = (spec.serving_namespace, MODEL_READER_SERVICE_ACCOUNT)
+    for r in resources:
+        inputs = r["inputs"]
+        if (chart := st.installer(r)) is not None:
+            by_chart.setdefault(chart, r["name"])
+        if r["type"] in WORKLOAD_TYPES:
+            metadata = inputs.get("metadata") or {}
+            workloads[(metadata.get("namespace"), metadata.get("name"))] = r["name"]
+        elif r["type"] == "aws:eks/nodeGroup:NodeGroup" and (inputs.get("labels") or {}).get(POOL_LABEL):
+            pool_groups[inputs["labels"][POOL_LABEL]].append(r["name"])
+        elif r["type"] == "kubernetes:keda.sh/v1alpha1:ScaledObject":
+            scalers[((inputs.get("spec") or {}).get("scaleTargetRef") or {}).get("name", "")] = r["name"]
+        elif r["type"] == "aws:eks/podIdentityAssociation:PodIdentityAssociation" and (
+            (inputs.get("namespace"), inputs.get("serviceAccount")) == reader
+        ):
+            readers.append(r["name"])
+
+    # Models whose first replica lands on a node beyond min scale (in pack's packing): it waits for a scale-up.
+    rows = {"placements": placements(spec)}
+    scaled = {
+        cell.model for pool in node_pools(spec) for node in pack(rows, pool) if node.scaled
+        for gpu in node.gpus for cell in gpu if cell.model and cell.replica == 1
+    }
+    targets, runtime, replicas = {}, [], {}
+    for model in spec.models:
+        target = workloads.get((spec.serving_namespace, model.name))
+        if target is None:
+            continue
+        pool = spec.pool(model.pool)
+        scale_up = model.name in scaled
+        waits = [*pool_groups[model.pool], by_chart.get(GPU_OPERATOR), *readers]
+        waits += [by_chart.get(EFA_PLUGIN)] if PoolHardware(pool).efa_interfaces else []
+        waits += [by_chart.get(CLUSTER_AUTOSCALER)] if scale_up else []
+        waits += [scalers.get(model.name)] if model.autoscaling.min_replicas == 0 else []
+        # The first replica is its own node of the graph: it follows the workload's creation and those waits.
+        replica = f"{model.name}: first ready replica"
+        resources.append({"type": REPLICA_TYPE, "name": replica, "custom": True, "parent": None, "depends_on": [],
+                          "inputs": {}})
+        runtime += [st.Edge(replica, wait, "runtime") for wait in [target, *waits] if wait is not None]
+        targets[model.name] = replica
+        weights = weights_bytes(model)
+        replicas[replica] = {
+            "model": model,
+            "new_node": scale_up,
+            "parts": st.replica_parts(weights, "s3", new_node=scale_up),
+            "weights_seconds": {
+                source: round(weights / (st.CREATION_TIMES[f"weights_{source}_gb_per_s"].seconds * 1e9), 1)
+                for source in ("s3", "nvme")
+            },
+        }
+
+    def seconds(resource: st.Resource) -> float:
+        replica = replicas.get(resource["name"])
+        return sum(s for _, s in replica["parts"]) if replica else st.typical_seconds(resource)
+
+    rule = st.DependencyRule(resources)
+    result = st.time_to_serving(resources, targets, required=rule, seconds=seconds, runtime=runtime)
+    by_name = {r["name"]: r for r in resources}
+
+    def chain(found: st.Chain) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": step.name, "type": step.type, "seconds": round(step.seconds, 1),
+                "start": round(step.finish - step.seconds, 1), "finish": round(step.finish, 1),
+                "creation_time": "first_replica" if step.name in replicas else st.creation_key(by_name[step.name]),
+            }
+            for step in found.steps
+        ]
+
+    models = []
+    for timing in result.models:
+        replica = replicas[timing.target]
+        model = replica["model"]
+        models.append(
+            {
+                "model": timing.model,
+                "workload": workloads[(spec.serving_namespace, timing.model)],
+                "seconds": round(timing.program.seconds, 1),
+                "lower_bound_seconds": round(timing.lower_bound.seconds, 1),
+                "critical_path": chain(timing.program),
+                "lower_bound_path": chain(timing.lower_bound),
+                "first_replica": [{"part": key, "seconds": round(s, 1)} for key, s in replica["parts"]],
+                "weights_load_seconds": replica["weights_seconds"],
+                "new_node": replica["new_node"],   # its first replica waits for a node beyond min scale
+                "scale_from_zero": model.autoscaling.min_replicas == 0,
+            }
+        )
+    used = {step["creation_time"] for m in models for step in m["critical_path"]}
+    used |= {part["part"] for m in models for part in m["first_replica"]} | {"weights_nvme_gb_per_s"}
+    return {
+        "models": models,
+        "needless_edges": [
+            {"dependent": e.dependent, "dependency": e.dependency, "kind": e.kind} for e in result.needless
+        ],
+        "creation_times": [
+            {"key": t.key, "seconds": t.seconds, "measured": t.measured, "source": t.source}
+            for t in st.CREATION_TIMES.values() if t.key in used
+        ],
+    }
+
+
+# ------------------------------------------------------------------------------- min-scale packing
+
+
+@dataclass
+class Cell:
+    """One drawable part of a GPU: a MIG slice, a time-sliced share, or the whole GPU."""
+
+    device: str
+    x: int          # offset within the GPU, in slot units
+    width: int
+    model: str | None = None
+    replica: int = 0
+    on_demand: bool = False   # drawn for a model at zero replicas: where its first replica would go
+
+
+@dataclass
+class Node:
+    index: int
+    capacity: str            # on-demand | spot
+    scaled: bool             # beyond the pool's min scale: added to hold the replicas drawn
+    gpus: list[list[Cell]] = field(default_factory=list)
+
+    def free_gpu(self, g: int) -> bool:
+        return all(cell.model is None for cell in self.gpus[g])
+
+
+def _new_node(pool: dict[str, Any], index: int, baseline: int) -> Node:
+    on_demand = index < pool["nodes"]["on_demand_base"] or pool["spot"] is None
+    node = Node(index, "on-demand" if on_demand else "spot", index >= baseline)
+    for _ in range(pool["gpus_per_node"]):
+        x, cells = 0, []
+        for slot in pool["gpu_slots"]:
+            cells.append(Cell(slot["device"], x, slot["width"]))
+            x += slot["width"]
+        node.gpus.append(cells)
+    return node
+
+
+def _replicas(plan: dict[str, Any], pool: str) -> list[tuple[dict[str, Any], int, bool]]:
+    """(placement, replica number, on demand) for every replica drawn on a pool, largest first."""
+    found = []
+    for row in plan["placements"]:
+        if row["pool"] != pool:
+            continue
+        count = row["replicas"]["min"]
+        found += [(row, r + 1, False) for r in range(count)] or [(row, 1, True)]
+    return sorted(found, key=lambda item: -item[0]["devices_per_replica"])
+
+
+def pack(plan: dict[str, Any], pool: dict[str, Any]) -> list[Node]:
+    """Nodes of the pool at min scale with each replica in place (first fit, largest replicas first); nodes
+    are added (up to max) when the min-scale nodes cannot hold the replicas, or for a model that starts at
+    zero replicas. One possible packing: the scheduler may place replicas differently."""
+    baseline = pool["at_scale"]["min"]["on_demand_nodes"] + pool["at_scale"]["min"]["spot_nodes"]
+    nodes = [_new_node(pool, i, baseline) for i in range(baseline)]
+    per_node = pool["gpus_per_node"]
+    whole = len(pool["gpu_slots"]) == 1
+
+    def node_at(i: int) -> Node | None:
+        while len(nodes) <= i and len(nodes) < pool["nodes"]["max"]:
+            nodes.append(_new_node(pool, len(nodes), baseline))
+        return nodes[i] if i < len(nodes) else None
+
+    def take(cell: Cell, row: dict[str, Any], number: int, on_demand: bool) -> None:
+        cell.model, cell.replica, cell.on_demand = row["model"], number, on_demand
+
+    for row, number, on_demand in _replicas(plan, pool["name"]):
+        devices = row["devices_per_replica"]
+        if whole and devices > per_node:                   # a multi-node replica takes whole free nodes
+            span, start = math.ceil(devices / per_node), 0
+            while (group := [node_at(j) for j in range(start, start + span)]) and None not in group:
+                if all(n.free_gpu(g) for n in group for g in range(per_node)):
+                    for n in group:
+                        for gpu in n.gpus:
+                            take(gpu[0], row, number, on_demand)
+                    break
+                start += 1
+            continue
+        for i in range(pool["nodes"]["max"]):
+            node = node_at(i)
+            if node is None:
+                break
+            if whole:
+                run = next((g for g in range(per_node - devices + 1)
+                            if all(node.free_gpu(k) for k in range(g, g + devices))), None)
+                if run is not None:
+                    for k in range(run, run + devices):
+                        take(node.gpus[k][0], row, number, on_demand)
+                    break
+            else:
+                free = [c for gpu in node.gpus for c in gpu if c.model is None and c.device == row["device"]]
+                if len(free) >= devices:
+                    for cell in free[:devices]:
+                        take(cell, row, number, on_demand)
+                    break
+    return nodes
+
+
+def nodes_for_min_replicas(plan: dict[str, Any], pool: dict[str, Any]) -> int:
+    """Nodes the pool needs to run every model's min replicas (pack's first fit)."""
+    return max(
+        (n.index + 1 for n in pack(plan, pool) for gpu in n.gpus for c in gpu if c.model and not c.on_demand), default=0
+    )
+
+
 def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]]:
     """The policy pack over what the program registered, as `inferstack check` reports it."""
     from inferstack.engine.policy_runner import run_policies, spec_policy_config
@@ -89,7 +399,11 @@ def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]
 
 
 def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
+    spec = spec.resolved()   # the placements the program deployed, `auto` ones decided
     pools = node_pools(spec)
+    rows = placements(spec)
+    for pool in pools:
+        pool["nodes_for_min_replicas"] = nodes_for_min_replicas({"placements": rows}, pool)
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
     return {
         "stack": spec.environment,
@@ -100,7 +414,7 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "by_layer": layers(recording),
         },
         "node_pools": pools,
-        "placements": placements(spec),
+        "placements": rows,
         "totals": {
             "gpus_max": sum(p["gpus_per_node"] * p["nodes"]["max"] for p in pools),
             "usd_per_hour_min": round(sum(p["min"] for p in priced), 2),
@@ -108,6 +422,8 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "unpriced_pools": [p["name"] for p in pools if p["usd_per_hour"]["max"] is None],
             "budget_usd_per_hour": spec.budget.max_usd_per_hour,
         },
+        "decode_cost": decode_costs(spec),
+        "time_to_serving": time_to_serving(spec, recording),
         "outputs": sorted(recording.outputs),
         "policies": policy_results(spec, recording),
     }

@@ -1,8 +1,9 @@
-"""The cluster platform: every add-on the serving layer builds on, installed in parallel once the node
-pools exist.
+"""The cluster platform: every add-on the serving layer builds on, installed in parallel.
 
-Only two kinds of ordering are expressed: each operator release waits for the node pools (its pods need
-nodes), and each custom resource waits for the release that installs its CRD. Nothing else is serialised.
+Only the waits that are required are expressed (serving_time.DependencyRule): the GPU operator and the
+EFA device plugin wait for the GPU node pools (their DaemonSets run there), controllers run on the
+system nodes (the Kubernetes provider waits for those), and each custom resource waits for the release
+that installs its CRD. Nothing else is serialised.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from inferstack.spec import StackSpec
 class ClusterPlatformArgs:
     spec: StackSpec
     cluster_name: pulumi.Input[str]
-    # The node groups (and whatever else nodes need) that operator pods must wait for.
+    # The GPU node groups: the GPU operator's and EFA device plugin's DaemonSets run on them.
     node_pool_dependencies: Sequence[pulumi.Resource] = ()
 
 
@@ -58,21 +59,21 @@ class ClusterPlatform(pulumi.ComponentResource):
             EfaDevicePlugin(f"{name}-efa", EfaDevicePluginArgs(spec.node_pools, after_pools), child)
         self.kueue = None
         if spec.queues.enabled:
-            self.kueue = Kueue(f"{name}-kueue", KueueArgs(spec, self.namespaces, after_pools), child)
+            self.kueue = Kueue(f"{name}-kueue", KueueArgs(spec, self.namespaces), child)
             self.crd_releases["kueue"] = self.kueue.release
         if spec.platform.keda:
-            self.crd_releases["keda"] = Keda(f"{name}-keda", KedaArgs(after_pools), child).release
+            self.crd_releases["keda"] = Keda(f"{name}-keda", KedaArgs(), child).release
         if spec.platform.leaderworkerset:
-            self.crd_releases["lws"] = LeaderWorkerSet(f"{name}-lws", LeaderWorkerSetArgs(after_pools), child).release
+            self.crd_releases["lws"] = LeaderWorkerSet(f"{name}-lws", LeaderWorkerSetArgs(), child).release
         metrics = Metrics(
-            f"{name}-metrics", MetricsArgs(spec.observability, self.namespaces["serving"], after_pools), child
+            f"{name}-metrics", MetricsArgs(spec.observability, self.namespaces["serving"]), child
         )
         if metrics.release is not None:
             self.crd_releases["prometheus"] = metrics.release
         self.prometheus_url = metrics.prometheus_url
         if spec.platform.node_autoscaler == "cluster-autoscaler":
             ClusterAutoscaler(
-                f"{name}-autoscaler", ClusterAutoscalerArgs(spec, args.cluster_name, after_pools), child
+                f"{name}-autoscaler", ClusterAutoscalerArgs(spec, args.cluster_name), child
             )
         self.advertised = {pool.name: advertised_per_node(pool) for pool in spec.node_pools}
         self.register_outputs(

@@ -21,8 +21,9 @@ validated like everything else.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import pulumi
@@ -44,6 +45,7 @@ GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 INFERENCE_GROUP = "inference.networking.k8s.io"
 INFERENCE_POOL_API_VERSION = f"{INFERENCE_GROUP}/v1"
 OBJECTIVE_API_VERSION = "llm-d.ai/v1alpha2"
+GATEWAY_GROUP, OBJECTIVE_GROUP = GATEWAY_API_VERSION.split("/")[0], OBJECTIVE_API_VERSION.split("/")[0]
 AGENTGATEWAY_POLICY_API_VERSION = "agentgateway.dev/v1alpha1"
 MODEL_HEADER = "X-Gateway-Model-Name"
 
@@ -68,6 +70,7 @@ def epp_name(model: ModelServiceSpec) -> str:
     return f"{model.name}-epp"
 
 
+@cache  # the same text for every model: dump it once
 def picker_config(prefix_cache: bool) -> str:
     """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on.
 
@@ -177,7 +180,7 @@ class ModelRouteArgs:
     spec: StackSpec
     model: ModelServiceSpec
     gateway: pulumi.Resource
-    crds: Sequence[pulumi.Resource]
+    crds: Mapping[str, pulumi.Resource]   # API group -> what installs its CRDs
     depends_on: Sequence[pulumi.Resource] = ()
 
 
@@ -191,7 +194,6 @@ class ModelRoute(pulumi.ComponentResource):
         picker = epp_name(model)
         labels = pods.object_labels(picker, EPP_COMPONENT)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        with_crds = pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.crds])
 
         self.service_account = ServiceAccount(
             f"{name}-epp-sa", metadata={"name": picker, "namespace": namespace, "labels": labels}, opts=child
@@ -254,7 +256,7 @@ class ModelRoute(pulumi.ComponentResource):
             kind="InferencePool",
             metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=inference_pool_spec(model),
-            opts=with_crds,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[INFERENCE_GROUP]]),
         )
         CustomResource(
             f"{name}-objective",
@@ -265,7 +267,7 @@ class ModelRoute(pulumi.ComponentResource):
                 "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": model.name},
                 "priority": pods.priority_value(spec, model.tier),
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.crds, self.pool]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[OBJECTIVE_GROUP], self.pool]),
         )
         self.route = CustomResource(
             f"{name}-route",
@@ -273,7 +275,9 @@ class ModelRoute(pulumi.ComponentResource):
             kind="HTTPRoute",
             metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=http_route_spec(spec, model),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.crds, args.gateway, self.pool]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*args.depends_on, args.crds[GATEWAY_GROUP], args.gateway, self.pool]
+            ),
         )
         self.register_outputs({"pool": model.name, "picker": picker})
 
@@ -321,7 +325,9 @@ class InferenceGateway(pulumi.ComponentResource):
         if gateway.body_based_routing:
             self._body_based_routing(name, spec, controller, args.depends_on)
 
-        crds = [self.inference_crds, self.router_crds, self.gateway_api_crds]
+        crds = {
+            GATEWAY_GROUP: self.gateway_api_crds, INFERENCE_GROUP: self.inference_crds, OBJECTIVE_GROUP: self.router_crds,
+        }
         self.routes = {
             model.name: ModelRoute(
                 f"{name}-{model.name}",
@@ -338,24 +344,24 @@ class InferenceGateway(pulumi.ComponentResource):
             namespace = chart("istiod").namespace
             base = helm_release(
                 f"{name}-istio-base", "istio-base", namespace=namespace, values={},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.gateway_api_crds]),
-                release_name="istio-base",
+                opts=pulumi.ResourceOptions(parent=self), release_name="istio-base",
             )
             inference = {"ENABLE_GATEWAY_API_INFERENCE_EXTENSION": "true"}
             return helm_release(
                 f"{name}-istiod", "istiod", namespace=namespace,
                 values={"pilot": {"env": inference}, "meshConfig": {"defaultConfig": {"proxyMetadata": inference}}},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[base, self.inference_crds]),
+                # istiod serves the Gateway API and InferencePool kinds: their CRDs exist before it starts.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[base, self.gateway_api_crds, self.inference_crds]),
             )
         namespace = chart("agentgateway").namespace
         crds = helm_release(
             f"{name}-agentgateway-crds", "agentgateway-crds", namespace=namespace, values={},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.gateway_api_crds]),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         return helm_release(
             f"{name}-agentgateway", "agentgateway", namespace=namespace,
             values={"inferenceExtension": {"enabled": True}},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[crds, self.inference_crds]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[crds, self.gateway_api_crds, self.inference_crds]),
         )
 
     def _body_based_routing(

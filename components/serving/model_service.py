@@ -41,7 +41,8 @@ class ModelServiceArgs:
     spec: StackSpec
     model: ModelServiceSpec
     weights_bucket: pulumi.Input[str]
-    depends_on: Sequence[pulumi.Resource] = ()  # namespace, service account, Kueue/LWS releases
+    depends_on: Sequence[pulumi.Resource] = ()           # every object: the namespace
+    workload_depends_on: Sequence[pulumi.Resource] = ()  # the workload only: service account, Kueue/LWS releases
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,9 @@ class ModelService(pulumi.ComponentResource):
         workload_opts = pulumi.ResourceOptions.merge(
             child,
             # KEDA owns the replica count once the workload exists.
-            pulumi.ResourceOptions(depends_on=[config_map], ignore_changes=["spec.replicas"] if scaled else None),
+            pulumi.ResourceOptions(
+                depends_on=[config_map, *args.workload_depends_on], ignore_changes=["spec.replicas"] if scaled else None
+            ),
         )
         metadata = {"name": model.name, "namespace": namespace, "labels": {**labels, **queue_labels}}
         pod_labels = {**labels, **queue_labels}

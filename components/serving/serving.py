@@ -58,7 +58,8 @@ class Serving(pulumi.ComponentResource):
                     spec=spec,
                     model=model,
                     weights_bucket=args.weights_bucket,
-                    depends_on=[*namespace["serving"], readers["serving"], *workload_crds],
+                    depends_on=namespace["serving"],
+                    workload_depends_on=[readers["serving"], *workload_crds],
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -105,7 +106,8 @@ class Serving(pulumi.ComponentResource):
                     spec=spec,
                     index=index,
                     weights_bucket=args.weights_bucket,
-                    depends_on=[*namespace["batch"], readers["batch"], *kueue],
+                    depends_on=namespace["batch"],
+                    workload_depends_on=[readers["batch"], *kueue],
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )

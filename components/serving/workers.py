@@ -317,7 +317,8 @@ class BatchJobArgs:
     spec: StackSpec
     index: int                                    # position in spec.batch_jobs
     weights_bucket: pulumi.Input[str]
-    depends_on: Sequence[pulumi.Resource] = ()    # batch namespace, service account, Kueue release
+    depends_on: Sequence[pulumi.Resource] = ()           # every object: the batch namespace
+    workload_depends_on: Sequence[pulumi.Resource] = ()  # the Job only: service account, Kueue release
 
 
 class BatchJob(pulumi.ComponentResource):
@@ -420,6 +421,8 @@ class BatchJob(pulumi.ComponentResource):
                 },
                 "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": pod_spec},
             },
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[prefetch, scripts])),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[prefetch, scripts, *args.workload_depends_on])
+            ),
         )
         self.register_outputs({"job": job.name, "shards": job.parallelism})
