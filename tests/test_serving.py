@@ -483,7 +483,8 @@ def test_one_namespace_no_gateway_and_no_kueue(prod):
     objects = kubernetes_objects(render(StackSpec.model_validate(data)))
     assert_valid(objects, prod.cluster.kubernetes_version)
     assert not [o for o in objects if o["kind"] in ("Gateway", "HTTPRoute", "InferencePool", "InferenceObjective")]
-    assert [a["metadata"]["namespace"] for a in of_kind(objects, "ServiceAccount")] == ["inference"]
+    accounts = [(a["metadata"]["namespace"], a["metadata"]["name"]) for a in of_kind(objects, "ServiceAccount")]
+    assert sorted(accounts) == [("inference", "batch-runner"), ("inference", "model-reader")]
     for workload in [*vllm_workloads(objects), *of_kind(objects, "Job")]:
         assert not any(k.startswith("kueue.x-k8s.io/") for k in workload["metadata"]["labels"])
     assert of_kind(objects, "Job")[0]["spec"]["suspend"] is False

@@ -99,6 +99,24 @@ def s3_read_policy(grants: Iterable[S3ReadGrant]) -> dict:
     return {"Version": VERSION, "Statement": statements}
 
 
+def s3_batch_policy(weights: Iterable[S3ReadGrant], inputs: Iterable[str], outputs: Iterable[str]) -> dict:
+    """What a batch job needs: its model's weights, its input objects, and writes under its output prefixes.
+
+    `inputs` are object ARNs; `outputs` are ARN prefixes ending in '/'.
+    """
+    statements = list(s3_read_policy(weights)["Statement"])
+    statements.append({"Sid": "GetBatchInput", "Effect": "Allow", "Action": "s3:GetObject", "Resource": sorted(set(inputs))})
+    statements.append(
+        {
+            "Sid": "PutBatchOutput",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject", "s3:AbortMultipartUpload"],
+            "Resource": sorted({f"{prefix}*" for prefix in outputs}),
+        }
+    )
+    return {"Version": VERSION, "Statement": statements}
+
+
 def service_role(
     name: str,
     *,

@@ -15,13 +15,14 @@ import pulumi
 from pulumi_aws import eks, iam, s3
 
 from inferstack.aws import iam as policies
-from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT
+from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, MODEL_READER_SERVICE_ACCOUNT
 from inferstack.spec import StackSpec
 
 MODELS_PREFIX = "models/"
 NONCURRENT_VERSION_DAYS = 30  # an overwritten checkpoint is kept this long, then its storage is freed
 ABORT_MULTIPART_DAYS = 7
 READER_ROLE = "model-reader"
+BATCH_ROLE = "batch-runner"
 _S3_URI = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<prefix>.*)$")
 
 
@@ -44,6 +45,17 @@ def read_grants(spec: StackSpec, bucket_name: str | None, bucket_arn: str, parti
         arn = bucket_arn if bucket == bucket_name else f"arn:{partition}:s3:::{bucket}"
         grants.append(policies.S3ReadGrant(arn, prefix))
     return grants
+
+
+def batch_objects(spec: StackSpec, partition: str) -> tuple[list[str], list[str]]:
+    """(input object ARNs, output prefix ARNs ending in '/') of the stack's batch jobs."""
+    inputs, outputs = [], []
+    for job in spec.batch_jobs:
+        bucket, key = split_s3_uri(job.input)
+        inputs.append(f"arn:{partition}:s3:::{bucket}/{key.rstrip('/')}")
+        bucket, prefix = split_s3_uri(job.output)
+        outputs.append(f"arn:{partition}:s3:::{bucket}/{prefix}")
+    return inputs, outputs
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,41 @@ class WeightsStore(pulumi.ComponentResource):
             )
 
         self.reader_role_arn = role.arn
+        if spec.batch_jobs:
+            self._batch_runner(name, spec, args, existing)
         self.register_outputs(
             {"bucket_name": self.bucket_name, "bucket_arn": self.bucket_arn, "reader_role_arn": self.reader_role_arn}
+        )
+
+    def _batch_runner(self, name: str, spec: StackSpec, args: WeightsStoreArgs, existing: str | None) -> None:
+        """Batch jobs' role: the weights, their input objects and writes under their output prefixes, nothing else."""
+        child = pulumi.ResourceOptions(parent=self)
+        inputs, outputs = batch_objects(spec, args.partition)
+        role = iam.Role(
+            f"{name}-{BATCH_ROLE}",
+            description=f"Batch jobs of {spec.environment}: read weights and inputs, write results",
+            assume_role_policy=pulumi.Output.from_input(args.cluster_name).apply(
+                lambda cluster: json.dumps(
+                    policies.pod_identity_trust_policy(cluster, [spec.batch_namespace], BATCH_RUNNER_SERVICE_ACCOUNT)
+                )
+            ),
+            opts=child,
+        )
+        iam.RolePolicy(
+            f"{name}-{BATCH_ROLE}-s3",
+            role=role.id,
+            policy=self.bucket_arn.apply(
+                lambda arn: json.dumps(
+                    policies.s3_batch_policy(read_grants(spec, existing, arn, args.partition), inputs, outputs)
+                )
+            ),
+            opts=child,
+        )
+        eks.PodIdentityAssociation(
+            f"{name}-{spec.batch_namespace}-{BATCH_ROLE}",
+            cluster_name=args.cluster_name,
+            namespace=spec.batch_namespace,
+            service_account=BATCH_RUNNER_SERVICE_ACCOUNT,
+            role_arn=role.arn,
+            opts=child,
         )

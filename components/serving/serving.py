@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pulumi
 from pulumi_kubernetes.core.v1 import ServiceAccount
 
-from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT
+from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, MODEL_READER_SERVICE_ACCOUNT
 from inferstack.serving import pods
 from inferstack.serving.autoscaling import ModelAutoscaler, ModelAutoscalerArgs, needs_scaler
 from inferstack.serving.gateway import InferenceGateway, InferenceGatewayArgs
@@ -99,6 +99,7 @@ class Serving(pulumi.ComponentResource):
                     ),
                     opts=pulumi.ResourceOptions(parent=self),
                 )
+        runner = self._batch_runner(name, spec, namespace["batch"]) if spec.batch_jobs else None
         for index, job in enumerate(spec.batch_jobs):
             BatchJob(
                 f"{name}-{job.name}",
@@ -107,7 +108,7 @@ class Serving(pulumi.ComponentResource):
                     index=index,
                     weights_bucket=args.weights_bucket,
                     depends_on=namespace["batch"],
-                    workload_depends_on=[readers["batch"], *kueue],
+                    workload_depends_on=[runner, *kueue],
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -138,3 +139,16 @@ class Serving(pulumi.ComponentResource):
                 )
             accounts[role] = by_name[ns]
         return accounts
+
+    def _batch_runner(self, name: str, spec: StackSpec, namespace: list[pulumi.Resource]) -> ServiceAccount:
+        """The batch-runner account: Pod Identity maps it to the role that also reads inputs and writes results."""
+        return ServiceAccount(
+            f"{name}-{spec.batch_namespace}-{BATCH_RUNNER_SERVICE_ACCOUNT}",
+            metadata={
+                "name": BATCH_RUNNER_SERVICE_ACCOUNT,
+                "namespace": spec.batch_namespace,
+                "labels": pods.object_labels(BATCH_RUNNER_SERVICE_ACCOUNT, "identity"),
+            },
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=namespace),
+        )

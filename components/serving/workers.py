@@ -27,7 +27,7 @@ from pulumi_kubernetes.batch.v1 import Job
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 
 from inferstack.catalog.charts import IMAGES
-from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT
+from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT
 from inferstack.serving import pods
 from inferstack.serving.autoscaling import KEDA_API_VERSION
 from inferstack.serving.model_service import SKIP_AWAIT, prefetch_script
@@ -366,7 +366,7 @@ class BatchJob(pulumi.ComponentResource):
         }
         pod_spec = {
             "restartPolicy": "Never",
-            "serviceAccountName": MODEL_READER_SERVICE_ACCOUNT,
+            "serviceAccountName": BATCH_RUNNER_SERVICE_ACCOUNT,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": dict(pods.POD_SECURITY),
