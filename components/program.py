@@ -35,6 +35,7 @@ def deploy(spec: StackSpec) -> None:
             prometheus_url=platform.prometheus_url,
             crd_dependencies=platform.crd_releases,
             namespaces=platform.namespaces,
+            pod_identities=aws.pod_identities,
         ),
         pulumi.ResourceOptions(providers={"kubernetes": aws.kubernetes_provider}),
     )

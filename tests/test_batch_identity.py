@@ -46,3 +46,10 @@ def test_batch_jobs_run_as_the_batch_runner_and_serving_pods_do_not(prod):
     assert jobs and all(j["spec"]["template"]["spec"]["serviceAccountName"] == "batch-runner" for j in jobs)
     deployments = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["namespace"] == "inference"]
     assert all(d["spec"]["template"]["spec"].get("serviceAccountName") != "batch-runner" for d in deployments)
+
+
+def test_pods_start_only_once_their_pod_identity_exists(prod):
+    """EKS injects Pod Identity credentials when a pod is created: the association must come first."""
+    assert "prod-weights-inference-model-reader" in prod.named("prod-serving-llama-70b-deployment").depends_on
+    job = next(r for r in prod.resources if r.type == "kubernetes:batch/v1:Job")
+    assert "prod-weights-batch-batch-runner" in job.depends_on

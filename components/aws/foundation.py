@@ -92,6 +92,7 @@ class AwsFoundation(pulumi.ComponentResource):
     cluster: ClusterRef  # security group, VPC and subnets for layers that add their own AWS resources
     kubernetes_provider: pulumi.ProviderResource  # a pulumi_kubernetes.Provider for this cluster
     aws_provider: pulumi.ProviderResource  # region and default tags from the spec, for layers that add AWS resources
+    pod_identities: dict[tuple[str, str], pulumi.Resource]  # (namespace, service account) -> Pod Identity association
 
     def __init__(self, name: str, args: AwsFoundationArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         spec = args.spec
@@ -200,6 +201,7 @@ class AwsFoundation(pulumi.ComponentResource):
         self.weights_bucket = weights.bucket_name
         self.weights_bucket_arn = weights.bucket_arn
         self.model_reader_role_arn = weights.reader_role_arn
+        self.pod_identities = weights.identities
         self.register_outputs(
             {
                 "cluster_name": self.cluster_name,

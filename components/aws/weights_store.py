@@ -158,8 +158,10 @@ class WeightsStore(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # Pods get credentials only if their association exists when they start: workloads wait for these.
+        self.identities: dict[tuple[str, str], pulumi.Resource] = {}  # (namespace, service account) -> association
         for namespace in namespaces:
-            eks.PodIdentityAssociation(
+            association = eks.PodIdentityAssociation(
                 f"{name}-{namespace}-{READER_ROLE}",
                 cluster_name=args.cluster_name,
                 namespace=namespace,
@@ -167,6 +169,7 @@ class WeightsStore(pulumi.ComponentResource):
                 role_arn=role.arn,
                 opts=child,
             )
+            self.identities[namespace, MODEL_READER_SERVICE_ACCOUNT] = association
 
         self.reader_role_arn = role.arn
         if spec.batch_jobs:
@@ -199,7 +202,7 @@ class WeightsStore(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        eks.PodIdentityAssociation(
+        association = eks.PodIdentityAssociation(
             f"{name}-{spec.batch_namespace}-{BATCH_ROLE}",
             cluster_name=args.cluster_name,
             namespace=spec.batch_namespace,
@@ -207,3 +210,4 @@ class WeightsStore(pulumi.ComponentResource):
             role_arn=role.arn,
             opts=child,
         )
+        self.identities[spec.batch_namespace, BATCH_RUNNER_SERVICE_ACCOUNT] = association

@@ -30,6 +30,9 @@ class ServingArgs:
     prometheus_url: str
     crd_dependencies: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # "keda", "lws", "kueue"
     namespaces: Mapping[str, pulumi.Resource] = field(default_factory=dict)  # "serving", "batch" -> Namespace
+    # (namespace, service account) -> its EKS Pod Identity association: a pod gets credentials only if it exists
+    # when the pod starts.
+    pod_identities: Mapping[tuple[str, str], pulumi.Resource] = field(default_factory=dict)
 
 
 class Serving(pulumi.ComponentResource):
@@ -45,6 +48,10 @@ class Serving(pulumi.ComponentResource):
         def needs(*keys: str) -> list[pulumi.Resource]:
             return [crds[key] for key in keys if key in crds]
 
+        def identity(namespace: str, account: str) -> list[pulumi.Resource]:
+            association = args.pod_identities.get((namespace, account))
+            return [association] if association is not None else []
+
         namespace = {role: [args.namespaces[role]] if role in args.namespaces else [] for role in ("serving", "batch")}
         readers = self._service_accounts(name, spec, namespace)
         kueue = needs("kueue") if spec.queues.enabled else []
@@ -59,7 +66,11 @@ class Serving(pulumi.ComponentResource):
                     model=model,
                     weights_bucket=args.weights_bucket,
                     depends_on=namespace["serving"],
-                    workload_depends_on=[readers["serving"], *workload_crds],
+                    workload_depends_on=[
+                        readers["serving"],
+                        *identity(spec.serving_namespace, MODEL_READER_SERVICE_ACCOUNT),
+                        *workload_crds,
+                    ],
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -108,7 +119,7 @@ class Serving(pulumi.ComponentResource):
                     index=index,
                     weights_bucket=args.weights_bucket,
                     depends_on=namespace["batch"],
-                    workload_depends_on=[runner, *kueue],
+                    workload_depends_on=[runner, *identity(spec.batch_namespace, BATCH_RUNNER_SERVICE_ACCOUNT), *kueue],
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
