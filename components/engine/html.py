@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 
 from inferstack.engine.report import REPLICA_PARTS, duration
-from inferstack.engine.summary import pack
+from inferstack.engine.summary import Cell, pack
 
 # Distinct fills for models (text stays dark on all of them); a model keeps its colour across the page.
 PALETTE = (

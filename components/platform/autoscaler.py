@@ -9,7 +9,6 @@ AWS) but may only resize or shrink Auto Scaling groups tagged as this cluster's.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +109,6 @@ def autoscaler_values(spec: StackSpec, cluster_name: pulumi.Input[str]) -> dict[
 class ClusterAutoscalerArgs:
     spec: StackSpec
     cluster_name: pulumi.Input[str]
-    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -158,6 +156,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             CHART,
             namespace=namespace,
             values=autoscaler_values(spec, cluster_name),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, association]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[association]),
         )
         self.register_outputs({"role_arn": self.role.arn, "release": self.release.status})

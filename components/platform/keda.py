@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -16,7 +15,7 @@ CHART = "keda"
 
 @dataclass(frozen=True)
 class KedaArgs:
-    depends_on: Sequence[pulumi.Resource] = ()
+    """KEDA needs nothing from the spec: the chart's defaults are what the platform uses."""
 
 
 class Keda(pulumi.ComponentResource):
@@ -35,6 +34,6 @@ class Keda(pulumi.ComponentResource):
             CHART,
             namespace=chart(CHART).namespace,
             values={"crds": {"install": True}, "webhooks": {"enabled": True}},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"release": self.release.status})

@@ -197,7 +197,6 @@ def manager_config(spec: StackSpec) -> dict[str, Any]:
 class KueueArgs:
     spec: StackSpec
     namespaces: dict[str, Namespace]  # role -> the Namespace that holds that role's LocalQueues
-    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class Kueue(pulumi.ComponentResource):
@@ -222,7 +221,7 @@ class Kueue(pulumi.ComponentResource):
             CHART,
             namespace=chart(CHART).namespace,
             values={"managerConfig": {"controllerManagerConfigYaml": dump_yaml(manager_config(spec))}},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self._crd_opts = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
         self._prefix = name

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -16,7 +15,7 @@ CHART = "lws"
 
 @dataclass(frozen=True)
 class LeaderWorkerSetArgs:
-    depends_on: Sequence[pulumi.Resource] = ()
+    """LeaderWorkerSet needs nothing from the spec: the chart's defaults are what the platform uses."""
 
 
 class LeaderWorkerSet(pulumi.ComponentResource):
@@ -35,6 +34,6 @@ class LeaderWorkerSet(pulumi.ComponentResource):
             CHART,
             namespace=chart(CHART).namespace,
             values={"enablePrometheus": False},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"release": self.release.status})

@@ -9,7 +9,6 @@ is expected to run the Prometheus operator (the monitors and rules are its custo
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,7 +163,6 @@ def serving_dashboard(observability: ObservabilitySpec) -> dict[str, Any]:
 class MetricsArgs:
     observability: ObservabilitySpec
     serving_namespace: Namespace
-    depends_on: Sequence[pulumi.Resource] = ()
 
 
 class Metrics(pulumi.ComponentResource):
@@ -188,7 +186,7 @@ class Metrics(pulumi.ComponentResource):
                 CHART,
                 namespace=chart(CHART).namespace,
                 values=prometheus_stack_values(observability),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+                opts=pulumi.ResourceOptions(parent=self),
             )
         crd = pulumi.ResourceOptions(parent=self, depends_on=[self.release] if self.release else [])
 
