@@ -27,5 +27,10 @@ render: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
+# Wall time and peak memory of `plan` (dev, prod, 10/50/200 generated services) beside the floor of
+# Pulumi alone, the growth with services, and the fixed model mix's placements: JSON lines.
+bench: $(VENV)/.installed
+	$(BIN)/python -m inferstack.bench
+
 clean:
 	rm -rf $(VENV) build .pytest_cache
