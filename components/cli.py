@@ -135,6 +135,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(StackSpec.model_json_schema(), indent=2))
         return 0
 
+    from inferstack.engine.recorder import rare_collections
+
+    # The run leaves a heap of provider objects alive until the process ends; rescanning it for
+    # cycles while the plan is summarised and printed is wasted time.
+    with rare_collections():
+        return _plan_or_render(args)
+
+
+def _plan_or_render(args: argparse.Namespace) -> int:
     from inferstack.spec import SpecError
     from inferstack.stacks import StackNotFound
 

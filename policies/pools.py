@@ -334,12 +334,23 @@ class RegisteredWorkload:
         return str(self.workload)
 
 
-def workloads(resources: Sequence[PolicyResource]) -> list[RegisteredWorkload]:
-    found = []
-    for resource in resources:
-        view = workload(resource.resource_type, resource.props, resource.name)
-        if view is not None:
-            found.append(RegisteredWorkload(resource, view))
+# Several stack policies read the workloads of the same resources in one run: parse them once. The
+# entry holds the resources it was built from, so it is reused only for those very objects.
+_last_workloads: tuple[tuple[PolicyResource, ...], tuple[RegisteredWorkload, ...]] = ((), ())
+
+
+def workloads(resources: Sequence[PolicyResource]) -> tuple[RegisteredWorkload, ...]:
+    global _last_workloads
+    key = tuple(resources)
+    seen, found = _last_workloads
+    if len(seen) == len(key) and all(a is b for a, b in zip(seen, key)) and key:
+        return found
+    found = tuple(
+        RegisteredWorkload(resource, view)
+        for resource in key
+        if (view := workload(resource.resource_type, resource.props, resource.name)) is not None
+    )
+    _last_workloads = (key, found)
     return found
 
 
