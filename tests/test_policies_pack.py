@@ -89,3 +89,18 @@ def test_the_pack_serves_every_rule_over_grpc_and_reports_violations(analyzer):
     stack = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=[group]), timeout=30)
     budget = [d for d in stack.diagnostics if d.policyName == "budget-at-max-scale"]
     assert len(budget) == 1 and "over the budget of $10.00/h" in budget[0].message
+
+
+def test_runner_props_equal_what_a_protobuf_struct_carries():
+    """The runner builds the analyzer's view of each resource directly; it must equal the gRPC round trip."""
+    from google.protobuf import json_format, struct_pb2
+
+    from inferstack.engine import run_stack
+    from inferstack.engine.policy_runner import _wire
+    from inferstack.stacks import load_stack
+
+    recording = run_stack(load_stack(Path(__file__).resolve().parents[1] / "stacks", "prod"))
+    for resource in recording.resources:
+        struct = struct_pb2.Struct()
+        struct.update(resource.inputs)
+        assert _wire(resource.inputs) == json_format.MessageToDict(struct), resource.name
