@@ -128,8 +128,26 @@ class Workload:
         return bool(self.vllm_containers())
 
 
+# Every policy reads the same resources' workloads; the offline runner hands each resource's props to
+# all of them, so a view is parsed once per props object. Entries keep their props alive, so an id is
+# never reused while it is cached; the cache is dropped when it outgrows a large stack.
+_VIEW_CACHE_LIMIT = 20_000
+_views: dict[int, tuple[Mapping[str, Any], str, str, Workload | None]] = {}
+
+
 def workload(resource_type: str, props: Mapping[str, Any], resource_name: str) -> Workload | None:
     """The workload a Kubernetes object describes, or None for objects without pods."""
+    cached = _views.get(id(props))
+    if cached is not None and cached[0] is props and cached[1:3] == (resource_type, resource_name):
+        return cached[3]
+    if len(_views) >= _VIEW_CACHE_LIMIT:
+        _views.clear()
+    view = _parse_workload(resource_type, props, resource_name)
+    _views[id(props)] = (props, resource_type, resource_name, view)
+    return view
+
+
+def _parse_workload(resource_type: str, props: Mapping[str, Any], resource_name: str) -> Workload | None:
     kind = kind_of(resource_type)
     if kind is None:
         return None
