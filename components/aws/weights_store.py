@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pulumi
@@ -139,75 +140,65 @@ class WeightsStore(pulumi.ComponentResource):
             self.bucket_name = bucket.bucket
             self.bucket_arn = bucket.arn
 
-        namespaces = sorted({spec.serving_namespace, spec.batch_namespace})
-        role = iam.Role(
-            f"{name}-{READER_ROLE}",
-            description=f"Serving pods of {spec.environment}: read model weights",
-            assume_role_policy=pulumi.Output.from_input(args.cluster_name).apply(
-                lambda cluster: json.dumps(
-                    policies.pod_identity_trust_policy(cluster, namespaces, MODEL_READER_SERVICE_ACCOUNT)
-                )
-            ),
-            opts=child,
-        )
-        iam.RolePolicy(
-            f"{name}-{READER_ROLE}-s3",
-            role=role.id,
-            policy=self.bucket_arn.apply(
-                lambda arn: json.dumps(policies.s3_read_policy(read_grants(spec, existing, arn, args.partition)))
-            ),
-            opts=child,
-        )
         # Pods get credentials only if their association exists when they start: workloads wait for these.
         self.identities: dict[tuple[str, str], pulumi.Resource] = {}  # (namespace, service account) -> association
-        for namespace in namespaces:
-            association = eks.PodIdentityAssociation(
-                f"{name}-{namespace}-{READER_ROLE}",
-                cluster_name=args.cluster_name,
-                namespace=namespace,
-                service_account=MODEL_READER_SERVICE_ACCOUNT,
-                role_arn=role.arn,
-                opts=child,
-            )
-            self.identities[namespace, MODEL_READER_SERVICE_ACCOUNT] = association
-
-        self.reader_role_arn = role.arn
+        self.reader_role_arn = self._pod_role(
+            name,
+            READER_ROLE,
+            args,
+            description=f"Serving pods of {spec.environment}: read model weights",
+            namespaces=sorted({spec.serving_namespace, spec.batch_namespace}),
+            service_account=MODEL_READER_SERVICE_ACCOUNT,
+            policy=lambda arn: policies.s3_read_policy(read_grants(spec, existing, arn, args.partition)),
+        )
         if spec.batch_jobs:
-            self._batch_runner(name, spec, args, existing)
+            inputs, outputs = batch_objects(spec, args.partition)
+            self._pod_role(
+                name,
+                BATCH_ROLE,
+                args,
+                description=f"Batch jobs of {spec.environment}: read weights and inputs, write results",
+                namespaces=[spec.batch_namespace],
+                service_account=BATCH_RUNNER_SERVICE_ACCOUNT,
+                policy=lambda arn: policies.s3_batch_policy(
+                    read_grants(spec, existing, arn, args.partition), inputs, outputs
+                ),
+            )
         self.register_outputs(
             {"bucket_name": self.bucket_name, "bucket_arn": self.bucket_arn, "reader_role_arn": self.reader_role_arn}
         )
 
-    def _batch_runner(self, name: str, spec: StackSpec, args: WeightsStoreArgs, existing: str | None) -> None:
-        """Batch jobs' role: the weights, their input objects and writes under their output prefixes, nothing else."""
+    def _pod_role(
+        self,
+        name: str,
+        role_name: str,
+        args: WeightsStoreArgs,
+        *,
+        description: str,
+        namespaces: list[str],
+        service_account: str,
+        policy: Callable[[str], dict],
+    ) -> pulumi.Output[str]:
+        """A role for one service account in these namespaces (EKS Pod Identity), with an S3 policy of the bucket ARN."""
         child = pulumi.ResourceOptions(parent=self)
-        inputs, outputs = batch_objects(spec, args.partition)
         role = iam.Role(
-            f"{name}-{BATCH_ROLE}",
-            description=f"Batch jobs of {spec.environment}: read weights and inputs, write results",
+            f"{name}-{role_name}",
+            description=description,
             assume_role_policy=pulumi.Output.from_input(args.cluster_name).apply(
-                lambda cluster: json.dumps(
-                    policies.pod_identity_trust_policy(cluster, [spec.batch_namespace], BATCH_RUNNER_SERVICE_ACCOUNT)
-                )
+                lambda cluster: json.dumps(policies.pod_identity_trust_policy(cluster, namespaces, service_account))
             ),
             opts=child,
         )
         iam.RolePolicy(
-            f"{name}-{BATCH_ROLE}-s3",
-            role=role.id,
-            policy=self.bucket_arn.apply(
-                lambda arn: json.dumps(
-                    policies.s3_batch_policy(read_grants(spec, existing, arn, args.partition), inputs, outputs)
-                )
-            ),
-            opts=child,
+            f"{name}-{role_name}-s3", role=role.id, policy=self.bucket_arn.apply(lambda arn: json.dumps(policy(arn))), opts=child
         )
-        association = eks.PodIdentityAssociation(
-            f"{name}-{spec.batch_namespace}-{BATCH_ROLE}",
-            cluster_name=args.cluster_name,
-            namespace=spec.batch_namespace,
-            service_account=BATCH_RUNNER_SERVICE_ACCOUNT,
-            role_arn=role.arn,
-            opts=child,
-        )
-        self.identities[spec.batch_namespace, BATCH_RUNNER_SERVICE_ACCOUNT] = association
+        for namespace in namespaces:
+            self.identities[namespace, service_account] = eks.PodIdentityAssociation(
+                f"{name}-{namespace}-{role_name}",
+                cluster_name=args.cluster_name,
+                namespace=namespace,
+                service_account=service_account,
+                role_arn=role.arn,
+                opts=child,
+            )
+        return role.arn
