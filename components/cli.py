@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -135,12 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(StackSpec.model_json_schema(), indent=2))
         return 0
 
-    from inferstack.engine.recorder import rare_collections
-
-    # The run leaves a heap of provider objects alive until the process ends; rescanning it for
-    # cycles while the plan is summarised and printed is wasted time.
-    with rare_collections():
+    # One plan is one short run whose objects live until it ends: rescanning that growing heap for
+    # cycles is wasted time, so the cyclic collector waits until the command is done.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
         return _plan_or_render(args)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _plan_or_render(args: argparse.Namespace) -> int:
