@@ -80,12 +80,16 @@ class PolicyResult:
 # ----------------------------------------------------------------------------------------- inputs
 
 
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise CheckInputError(f"cannot read {what}: {error}") from None
+
+
 def load_resources(path: Path) -> list[dict[str, Any]]:
     """The registrations of a resources.json: a list of {type, name, parent, inputs, depends_on}."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckInputError(f"cannot read {path}: {error}") from None
+    data = _read_json(path, f"{path}")
     if not isinstance(data, list):
         raise CheckInputError(f"{path} holds {type(data).__name__}, not the list of resources `inferstack render` writes")
     for index, entry in enumerate(data):
@@ -98,20 +102,14 @@ def load_resources(path: Path) -> list[dict[str, Any]]:
 
 def load_plan(path: Path) -> dict[str, Any]:
     """A plan.json written by `inferstack render` (its stack name and budget)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckInputError(f"cannot read {path}: {error}") from None
+    data = _read_json(path, f"{path}")
     if not isinstance(data, dict):
         raise CheckInputError(f"{path} is not the plan object `inferstack render` writes")
     return data
 
 
 def load_policy_config(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise CheckInputError(f"cannot read policy config {path}: {error}") from None
+    data = _read_json(path, f"policy config {path}")
     if not isinstance(data, dict):
         raise CheckInputError(f"policy config {path} is not an object of policy name -> settings")
     return data

@@ -355,6 +355,18 @@ class BatchJob(pulumi.ComponentResource):
         aws_env = [{"name": "AWS_REGION", "value": spec.region}, {"name": "HOME", "value": "/tmp"}]
         tmp_mount = {"name": "tmp", "mountPath": "/tmp"}
         small = pods.resources(250, 512 * 1024**2)
+
+        def s3_stage(container: str, script: str) -> dict[str, Any]:
+            """An AWS CLI container running one stage script of the job (input fetch or result upload)."""
+            return {
+                "name": container,
+                "image": IMAGES["aws-cli"],
+                "command": ["/bin/bash", f"/scripts/{script}"],
+                "env": aws_env,
+                "resources": small,
+                "securityContext": pods.root_init_security_context(),
+                "volumeMounts": [work_mount, script_mount, tmp_mount],
+            }
         gpu_container = {
             "name": "vllm",
             "image": model.image,
@@ -373,27 +385,11 @@ class BatchJob(pulumi.ComponentResource):
             **pods.placement(hardware, prefer_capacity=["spot"], spread_labels=None),
             "initContainers": [
                 pods.prefetch_init_container(spec.region, millicores, memory),
-                {
-                    "name": "fetch-input",
-                    "image": IMAGES["aws-cli"],
-                    "command": ["/bin/bash", "/scripts/fetch"],
-                    "env": aws_env,
-                    "resources": small,
-                    "securityContext": pods.root_init_security_context(),
-                    "volumeMounts": [work_mount, script_mount, tmp_mount],
-                },
+                s3_stage("fetch-input", "fetch"),
             ],
             "containers": [
                 gpu_container,
-                {
-                    "name": "upload",
-                    "image": IMAGES["aws-cli"],
-                    "command": ["/bin/bash", "/scripts/upload"],
-                    "env": aws_env,
-                    "resources": small,
-                    "securityContext": pods.root_init_security_context(),
-                    "volumeMounts": [work_mount, script_mount, tmp_mount],
-                },
+                s3_stage("upload", "upload"),
             ],
             "volumes": [
                 *pods.cache_volumes(f"{job.name}-prefetch", memory),
