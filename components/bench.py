@@ -10,7 +10,8 @@ Every measurement runs in a fresh interpreter, so import time and memory are rea
   itself, with none of inferstack's logic.
 
 It prints one JSON line per stack, one for the growth with the number of services and one for the
-fixed model mix's placements (planner, exhaustive optimum, one model per whole GPU).
+fixed model mix's placements (planner, exhaustive optimum, one model per whole GPU), and one for the
+planner alone over 200 services.
 Only the standard library is imported at module level: the children time their own imports.
 """
 
@@ -33,6 +34,7 @@ LARGEST_TARGET_SECONDS = 15.0  # the 200-service plan, on a 2-core machine
 # Linear growth: a service added between 50 and 200 may cost at most this much more than one added
 # between 10 and 50 (headroom for timing noise; quadratic growth would show ~4x).
 GROWTH_TOLERANCE = 1.25
+PLACEMENT_TARGET_SECONDS = 1.0  # the free-form planner over 200 services, CPU time
 GENERATED_SIZES = (10, 50, 200)
 CASES = ("dev", "prod", *(f"generated-{n}" for n in GENERATED_SIZES))
 PEAK_SOURCE = "peak RSS of the child process (getrusage ru_maxrss)"
@@ -346,6 +348,30 @@ def fixed_mix_line() -> dict[str, Any]:
     return line
 
 
+def placement_scale_line(services: int = GENERATED_SIZES[-1]) -> dict[str, Any]:
+    """The free-form planner alone over the generated stack's single-node services with `pool: auto`: its
+    time at scale (the tests check only that it places every replica, no dearer than one model per GPU)."""
+    from inferstack.placement import Demand, catalog_options, naive_placement, plan_placement
+
+    spec = generate_stack(services)
+    demands = [
+        Demand.from_spec(m.model_copy(update={"pool": "auto"})) for m in spec.models if m.pipeline_parallel == 1
+    ]
+    options = catalog_options()
+    started = time.process_time()
+    placement = plan_placement(demands, options)
+    seconds = time.process_time() - started
+    return {
+        "case": f"placement-{services}",
+        "services": len(demands),
+        "cpu_seconds": round(seconds, 3),
+        "usd_per_hour": placement.usd_per_hour,
+        "naive_usd_per_hour": naive_placement(demands, options).usd_per_hour,
+        "target": f"< {PLACEMENT_TARGET_SECONDS} CPU s",
+        "met": seconds < PLACEMENT_TARGET_SECONDS,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inferstack.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="stacks to plan (default: all)")
@@ -373,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(generated) > 1:
         print(json.dumps(growth_line(generated)), flush=True)
     print(json.dumps(fixed_mix_line()), flush=True)
+    print(json.dumps(placement_scale_line()), flush=True)
     return 0
 
 

@@ -93,14 +93,16 @@ def test_fixed_mix_line_puts_the_planner_at_the_exhaustive_optimum_and_below_nai
     assert line["naive"]["gpus"] > line["planner"]["gpus"]
 
 
-def test_bench_prints_a_plan_line_with_its_floor_and_the_fixed_mix(monkeypatch, capsys):
+def test_bench_prints_a_plan_line_with_its_floor_the_fixed_mix_and_the_planner_at_scale(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     assert bench.main(["--cases", "dev", "--repeat", "1"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    plan, mix = lines
+    plan, mix, scale = lines
     assert plan["case"] == "plan" and plan["stack"] == "dev" and plan["services"] == 1
     assert plan["resources"] > 50 and plan["seconds"] > 0 and plan["floor_seconds"] > 0
     assert plan["ratio"] == round(plan["seconds"] / plan["floor_seconds"], 2)
     assert plan["peak_mib"] > 0 and plan["floor_peak_mib"] > 0 and "ru_maxrss" in plan["peak_mib_is"]
     assert plan["target"] == "<= 1.5x floor" and isinstance(plan["met"], bool)
     assert mix["case"] == "fixed-mix" and mix["met"] is True
+    assert scale["case"] == "placement-200" and scale["cpu_seconds"] > 0 and isinstance(scale["met"], bool)
+    assert scale["usd_per_hour"] <= scale["naive_usd_per_hour"]

@@ -1,11 +1,10 @@
 """Auto placement: the heuristic finds the exhaustive optimum, every replica fits by sizing's own
-arithmetic, packing beats one model per GPU, and 200 services plan in well under a second."""
+arithmetic, packing beats one model per GPU, and 200 services still plan no dearer than one model per GPU."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import time
 from collections import defaultdict
 
 import pytest
@@ -215,14 +214,15 @@ def test_catalog_options_offer_mig_only_on_mig_gpus():
     assert gpu("H100").mig_capable and "p5.4xlarge" in mig_types
 
 
-# ------------------------------------------------------------------------------------------- speed
+# ------------------------------------------------------------------------------------------- scale
 
 
-def test_plan_places_200_services_in_well_under_a_second():
+def test_plan_places_200_services_no_dearer_than_one_model_per_gpu():
+    """At 200 services the planner still places every replica and never costs more than the naive
+    placement. How long it takes is `make bench`'s business (its placement-200 line), not a test's."""
     rng = random.Random(7)
     demands = [Demand.from_spec(random_service(rng, f"s{i}")) for i in range(200)]
-    started = time.process_time()
     plan = plan_placement(demands, CATALOG)
-    elapsed = time.process_time() - started
-    assert elapsed < 1.0
+    for demand in demands:
+        assert len(plan.of(demand.name)) == demand.replicas, demand.name
     assert plan.usd_per_hour <= naive_placement(demands, CATALOG).usd_per_hour
