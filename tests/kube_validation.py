@@ -13,8 +13,11 @@ there). A plain JSON Schema validator differs from the API server in a few ways 
 * ``x-kubernetes-int-or-string``, ``x-kubernetes-list-type: set`` and ``x-kubernetes-list-map-keys`` get their
   API-server meaning (integer or string; unique items; unique map keys).
 
-CEL rules (``x-kubernetes-validations``) are not evaluated. Formats are only checked for ``ipv4``/``ipv6``: the
-other formats in CRDs (int32, int64, date-time, int-or-string, ...) either mean nothing to jsonschema or would need
+CEL rules (``x-kubernetes-validations``) of a custom resource are evaluated by ``cel_rules`` once the object passes
+its schema: the API server runs them only when no schema error blocks them (apiextensions-apiserver
+pkg/registry/customresource/strategy.go, hasBlockingErr); this module counts every schema error as blocking. A rule that cannot be evaluated is reported as a problem, never skipped;
+transition rules (``oldSelf``) do not run on create. Formats are only checked for ``ipv4``/``ipv6``: the other
+formats in CRDs (int32, int64, date-time, int-or-string, ...) either mean nothing to jsonschema or would need
 checkers with different semantics.
 """
 
@@ -33,6 +36,8 @@ from jsonschema import Draft202012Validator, FormatChecker, ValidationError, val
 from jsonschema.exceptions import best_match
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
+
+import cel_rules
 
 _SCHEMAS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "schemas"
 SHARED_SCHEMAS: Path | None = _SCHEMAS_DIR if _SCHEMAS_DIR.is_dir() else None
@@ -297,7 +302,7 @@ def _is_label_value(value: str) -> bool:
 
 
 def validate_object(obj: dict, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[str]:
-    """Every problem the API server would reject `obj` for (bar CEL rules), as "Kind/name: path: message" lines.
+    """Every problem the API server would reject `obj` for, CEL rules included, as "Kind/name: path: message" lines.
 
     Raises UnknownKind for a custom resource without a schema file; skips the calling test when a custom resource
     needs ../shared/schemas and it is absent.
@@ -321,7 +326,10 @@ def validate_object(obj: dict, kubernetes_version: str = DEFAULT_KUBERNETES_VERS
         validator = _crd_validator(group, version, kind)
         instance = copy.deepcopy(obj)
         _apply_defaults(instance, validator.schema)
-        problems += _schema_problems(validator, instance)
+        schema_problems = _schema_problems(validator, instance)
+        problems += schema_problems
+        if not schema_problems:
+            problems += [(v.path, v.message) for v in cel_rules.evaluate(validator.schema, instance).violations]
     else:
         validator = _builtin_validator(shipped, group, version, kind)
         if validator is None:
@@ -341,3 +349,14 @@ def assert_valid(objects: Iterable[dict], kubernetes_version: str = DEFAULT_KUBE
             errors.append(f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}: (root): {exc}")
     if errors:
         raise AssertionError(f"{len(errors)} problem(s) in rendered Kubernetes objects:\n" + "\n".join(errors))
+
+
+def cel_outcome(obj: dict) -> cel_rules.Outcome:
+    """The CEL rules of a custom resource's CRD run on it as the API server would on create (defaults applied)."""
+    group_version = _group_version(obj)
+    if group_version is None:
+        raise ValueError(f"not a Kubernetes object: {obj!r:.80}")
+    schema = crd_schema(*group_version, obj["kind"])
+    instance = copy.deepcopy(obj)
+    _apply_defaults(instance, schema)
+    return cel_rules.evaluate(schema, instance)

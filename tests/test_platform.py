@@ -156,7 +156,10 @@ def test_priority_classes_and_local_queues_come_from_the_spec():
 def test_metrics_monitor_vllm_and_the_endpoint_picker_with_dashboard_and_alerts():
     recording = render_stack("prod")
     monitors = objects_of(recording, "PodMonitor")
-    assert monitors["vllm"]["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/component": "vllm"}}
+    assert monitors["vllm"]["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/component": "vllm"},
+        "matchExpressions": [{"key": "inferstack.dev/role", "operator": "NotIn", "values": ["worker"]}],
+    }
     assert monitors["vllm"]["spec"]["podMetricsEndpoints"][0]["portNumber"] == 8000
     assert monitors["endpoint-picker"]["spec"]["selector"] == {
         "matchLabels": {"app.kubernetes.io/component": "endpoint-picker"}
@@ -166,7 +169,7 @@ def test_metrics_monitor_vllm_and_the_endpoint_picker_with_dashboard_and_alerts(
     panels = json.loads(dashboard["data"]["inferstack-serving.json"])["panels"]
     exprs = " ".join(target["expr"] for panel in panels for target in panel["targets"])
     for metric in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:kv_cache_usage_perc",
-                   "vllm:num_requests_waiting", "DCGM_FI_DEV_GPU_UTIL"):
+                   "vllm:num_requests_waiting", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
         assert metric in exprs
     (group,) = objects_of(recording, "PrometheusRule")["inferstack-serving"]["spec"]["groups"]
     rules = {r["alert"]: r for r in group["rules"]}

@@ -4,6 +4,9 @@ monitors for vLLM and the endpoint picker, a Grafana dashboard and alert rules.
 DCGM's ServiceMonitor comes from the GPU operator. The monitors, rules and dashboard live in the serving
 namespace; the bundled Prometheus and Grafana are told to look in every namespace. An existing Prometheus
 is expected to run the Prometheus operator (the monitors and rules are its custom resources).
+
+The metric and label names used below are the ones the pinned exporters write (catalog exporter_metrics.json,
+checked by tests/test_outside_checks.py): the DCGM exporter labels a GPU's series `hostname` (its node) and `gpu`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pulumi_kubernetes.helm.v3 import Release
 from inferstack.catalog.charts import chart
 from inferstack.conventions import MANAGED_BY
 from inferstack.helm import helm_release
+from inferstack.serving.pods import ROLE_LABEL
+from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import ObservabilitySpec
 
 CHART = "kube-prometheus-stack"
@@ -27,7 +32,11 @@ FULLNAME = "kube-prometheus-stack"  # fixes the chart's object names, so the Pro
 MONITORING_API_VERSION = "monitoring.coreos.com/v1"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 VLLM_COMPONENT = "vllm"
-VLLM_METRICS_PORT = 8000
+VLLM_METRICS_PORT = VLLM_PORT  # the API port serves /metrics
+# Worker pods of a multi-node (LeaderWorkerSet) replica run vLLM headless: no API server, no metrics port.
+NO_METRICS_ROLES = ("worker",)
+# Engine activity, which DCGM measures per MIG instance too; DCGM_FI_DEV_GPU_UTIL reads 0 on a MIG-enabled GPU.
+GPU_ACTIVITY_METRIC = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 ENDPOINT_PICKER_COMPONENT = "endpoint-picker"
 ENDPOINT_PICKER_METRICS_PORT = 9090
 DASHBOARD_LABEL = "grafana_dashboard"
@@ -69,16 +78,25 @@ def prometheus_stack_values(observability: ObservabilitySpec) -> dict[str, Any]:
     }
 
 
-def pod_monitor(component: str, port: int, interval_seconds: int) -> dict[str, Any]:
-    """PodMonitor spec: scrape /metrics on `port` of the pods labelled with this component."""
+def pod_monitor(
+    component: str, port: int, interval_seconds: int, skip_roles: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """PodMonitor spec: scrape /metrics on `port` of the pods labelled with this component, except those whose
+    role serves no metrics (NotIn also matches pods without the role label, i.e. single-pod replicas)."""
+    selector: dict[str, Any] = {"matchLabels": {COMPONENT_LABEL: component}}
+    if skip_roles:
+        selector["matchExpressions"] = [{"key": ROLE_LABEL, "operator": "NotIn", "values": list(skip_roles)}]
     return {
-        "selector": {"matchLabels": {COMPONENT_LABEL: component}},
+        "selector": selector,
         "podMetricsEndpoints": [{"portNumber": port, "path": "/metrics", "interval": f"{interval_seconds}s"}],
     }
 
 
 def alert_rules(observability: ObservabilitySpec) -> dict[str, Any]:
-    """PrometheusRule spec: a KV cache about to force preemptions, and GPUs that sit idle (paid for, unused)."""
+    """PrometheusRule spec: a KV cache about to force preemptions, and GPUs that sit idle (paid for, unused).
+
+    GpuIdle has one series per GPU of each node, so it fires for every idle GPU on its own.
+    """
     threshold = observability.kv_cache_alert_threshold
     idle = observability.gpu_idle_alert_minutes
     return {
@@ -100,12 +118,12 @@ def alert_rules(observability: ObservabilitySpec) -> dict[str, Any]:
                     },
                     {
                         "alert": "GpuIdle",
-                        "expr": "max by (Hostname, gpu) (DCGM_FI_DEV_GPU_UTIL) == 0",
+                        "expr": f"max by (hostname, gpu) ({GPU_ACTIVITY_METRIC}) == 0",
                         "for": f"{idle}m",
                         "labels": {"severity": "info"},
                         "annotations": {
                             "summary": "GPU idle",
-                            "description": f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.Hostname }}}} has been idle "
+                            "description": f"GPU {{{{ $labels.gpu }}}} on {{{{ $labels.hostname }}}} has been idle "
                             f"for {idle} minutes; scale its pool down or give it work.",
                         },
                     },
@@ -143,7 +161,7 @@ def serving_dashboard(observability: ObservabilitySpec) -> dict[str, Any]:
                "{{model_name}} {{pod}}", "percentunit", 0, 8, kv_steps),
         _panel("Queue depth (waiting requests)", "sum by (model_name) (vllm:num_requests_waiting)",
                "{{model_name}}", "short", 12, 8),
-        _panel("GPU use", "avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}", "percent", 0, 16),
+        _panel("GPU engine activity", f"avg by (hostname) ({GPU_ACTIVITY_METRIC})", "{{hostname}}", "percentunit", 0, 16),
     ]
     return {
         "uid": "inferstack-serving",
@@ -202,7 +220,9 @@ class Metrics(pulumi.ComponentResource):
 
         interval = observability.scrape_interval_seconds
         self.pod_monitors = [
-            monitoring("PodMonitor", "vllm", pod_monitor(VLLM_COMPONENT, VLLM_METRICS_PORT, interval)),
+            monitoring(
+                "PodMonitor", "vllm", pod_monitor(VLLM_COMPONENT, VLLM_METRICS_PORT, interval, NO_METRICS_ROLES)
+            ),
             monitoring(
                 "PodMonitor",
                 "endpoint-picker",
