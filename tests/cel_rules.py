@@ -47,7 +47,7 @@ _NOT_KUBERNETES = frozenset({"reduce", "min"})
 
 
 def _find(text: celtypes.StringType, pattern: celtypes.StringType) -> celtypes.StringType:
-    """Kubernetes regex library: the first match of an RE2 pattern, or '' (k8s.io/apiserver/pkg/cel/library/regex.go)."""
+    """Kubernetes regex library: the first RE2 match, or '' (k8s.io/apiserver/pkg/cel/library/regex.go)."""
     match = re2.search(str(pattern), str(text))
     return celtypes.StringType(match.group(0) if match else "")
 
@@ -310,7 +310,7 @@ def declared_rules(schema: Any, path: str = "") -> Iterator[tuple[str, Rule]]:
 
 
 def rules_under_combinators(schema: Any, inside: bool = False) -> int:
-    """How many rules sit under allOf/anyOf/oneOf/not, where `violations` does not look (structural schemas forbid it)."""
+    """How many rules sit under allOf/anyOf/oneOf/not, where `evaluate` does not look (structural schemas forbid it)."""
     if isinstance(schema, list):
         return sum(rules_under_combinators(item, inside) for item in schema)
     if not isinstance(schema, dict):

@@ -15,8 +15,9 @@ there). A plain JSON Schema validator differs from the API server in a few ways 
 
 CEL rules (``x-kubernetes-validations``) of a custom resource are evaluated by ``cel_rules`` once the object passes
 its schema: the API server runs them only when no schema error blocks them (apiextensions-apiserver
-pkg/registry/customresource/strategy.go, hasBlockingErr); this module counts every schema error as blocking. A rule that cannot be evaluated is reported as a problem, never skipped;
-transition rules (``oldSelf``) do not run on create. Formats are only checked for ``ipv4``/``ipv6``: the other
+pkg/registry/customresource/strategy.go, hasBlockingErr); this module counts every schema error as blocking.
+A rule that cannot be evaluated is reported as a problem, never skipped; transition rules (``oldSelf``) do not run
+on create. Formats are only checked for ``ipv4``/``ipv6``: the other
 formats in CRDs (int32, int64, date-time, int-or-string, ...) either mean nothing to jsonschema or would need
 checkers with different semantics.
 """

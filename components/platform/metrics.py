@@ -161,7 +161,8 @@ def serving_dashboard(observability: ObservabilitySpec) -> dict[str, Any]:
                "{{model_name}} {{pod}}", "percentunit", 0, 8, kv_steps),
         _panel("Queue depth (waiting requests)", "sum by (model_name) (vllm:num_requests_waiting)",
                "{{model_name}}", "short", 12, 8),
-        _panel("GPU engine activity", f"avg by (hostname) ({GPU_ACTIVITY_METRIC})", "{{hostname}}", "percentunit", 0, 16),
+        _panel("GPU engine activity", f"avg by (hostname) ({GPU_ACTIVITY_METRIC})",
+               "{{hostname}}", "percentunit", 0, 16),
     ]
     return {
         "uid": "inferstack-serving",
