@@ -24,6 +24,7 @@ from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+ASG_TAG = "aws:autoscaling/tag:Tag"  # one tag on the Auto Scaling group EKS made for a node group
 HELM_RELEASE_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 EFA_INTERFACE_TYPES = ("efa", "efa-only")
@@ -120,6 +121,7 @@ class NodeGroupView:
     min_size: int
     max_size: int
     launch_template: PolicyResource | None
+    asg_tags: dict[str, str] = field(default_factory=dict)  # tags set on its Auto Scaling group
     advertised: dict[str, int] | None = None  # None: unknown (the stack installs no GPU operator)
     problems: list[str] = field(default_factory=list)
 
@@ -219,6 +221,7 @@ def efa_interfaces(launch_template: PolicyResource | None) -> int:
 def node_groups(resources: Sequence[PolicyResource]) -> list[NodeGroupView]:
     """Every managed node group of the stack with what one of its nodes advertises."""
     templates = [r for r in resources if r.resource_type == LAUNCH_TEMPLATE]
+    asg_tags = [r for r in resources if r.resource_type == ASG_TAG]
     operator = gpu_operator(resources)
     views = []
     for resource in resources:
@@ -239,10 +242,21 @@ def node_groups(resources: Sequence[PolicyResource]) -> list[NodeGroupView]:
             min_size=whole(scaling.get("minSize"), 0),
             max_size=whole(scaling.get("maxSize"), 0),
             launch_template=template,
+            asg_tags=_asg_tags(resource, asg_tags),
         )
         _fill_advertised(view, operator)
         views.append(view)
     return views
+
+
+def _asg_tags(group: PolicyResource, tags: Sequence[PolicyResource]) -> dict[str, str]:
+    """Tags on the group's Auto Scaling group: the Tag resources that take its name from the group."""
+    found = {}
+    for tag in tags:
+        if group in tag.dependencies:
+            entry = mapping(tag.props.get("tag"))
+            found[text(entry.get("key"))] = text(entry.get("value"))
+    return found
 
 
 def _fill_advertised(view: NodeGroupView, operator: OperatorConfig | None) -> None:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+from pathlib import Path
 
 import pulumi
 import pytest
 
+from inferstack.engine import run_stack
 from inferstack.engine.mocks import PlanMocks, UnmockedInvoke
 from inferstack.engine.recorder import record
 from inferstack.engine.render import is_secret, helm_releases, kubernetes_objects, write_render
+from inferstack.program import deploy
+from inferstack.spec import StackSpec
+from inferstack.stacks import load_stack
+
+STACKS = Path(__file__).resolve().parents[1] / "stacks"
 
 
 class Layer(pulumi.ComponentResource):
@@ -109,3 +117,132 @@ def test_an_unanswered_invoke_fails_loudly():
     with pytest.raises(Exception, match="no answer for invoke 'aws:ec2/getAmi:getAmi'"):
         record(calls_unknown, "unit", PlanMocks("us-east-1"))
     assert issubclass(UnmockedInvoke, Exception)
+
+
+# ------------------------------------------------------------------------- outputs the program reads
+#
+# During an update the SDK resolves an output the engine did not return to None (pulumi 3.272.0,
+# pulumi/runtime/rpc.py `resolve_properties`), and an input set to None is dropped from the request with
+# its dependency. So a mock that forgets an output the program reads silently removes inputs from the
+# render (the NAT gateways lost their Elastic IP so). The recorder logs every output property the program
+# reads through the generated SDKs' `pulumi.get`, and the mocks must answer each one, with the names of
+# the pulumi-aws schema (allocationId, arn, resources[].autoscalingGroups[].name, ...).
+
+EXISTING_POOLS = [
+    {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 4, "efa": True,
+     "availability_zones": ["us-east-1b"],
+     "capacity": {"on_demand_base": 2, "reservation": {"kind": "capacity_block", "id": "cr-0123456789abcdef0"}}},
+    {"name": "l40s", "instance_types": ["g6e.xlarge"], "max_nodes": 3,
+     "capacity": {"on_demand_base": 1, "reservation": {"kind": "odcr", "id": "cr-0fedcba9876543210"}}},
+]
+EXISTING_MODELS = [
+    {"name": "small", "model": "meta-llama/Llama-3.2-3B-Instruct", "pool": "l40s", "max_model_len": 4096, "max_num_seqs": 4},
+]
+MODE_STACKS = {
+    "existing VPC, bucket, EFA and reservations": {
+        "environment": "byovpc",
+        "cluster": {"mode": "create", "network": {"existing_subnet_ids": [
+            "subnet-0123456789abcdef0", "subnet-0123456789abcdef1", "subnet-0123456789abcdef2"]}},
+        "weights": {"existing_bucket": "acme-weights"},
+    },
+    "existing cluster, EFA and reservations": {"environment": "byocluster", "cluster": {"mode": "existing", "name": "shared-gpu"}},
+}
+
+
+def _stack(case: str) -> StackSpec:
+    if case in ("dev", "prod"):
+        return load_stack(STACKS, case)
+    return StackSpec.model_validate(
+        {"node_pools": EXISTING_POOLS, "models": EXISTING_MODELS, **MODE_STACKS[case]}
+    ).resolved()
+
+
+@pytest.mark.parametrize("case", ["dev", "prod", *MODE_STACKS])
+def test_the_mocks_answer_every_output_the_program_reads(case):
+    assert run_stack(_stack(case)).unanswered == []
+
+
+class ForgetfulMocks(PlanMocks):
+    """PlanMocks that leave one key out of one resource type's (or invoke's) answer."""
+
+    def __init__(self, region: str, token: str, path: tuple[str | int, ...]) -> None:
+        super().__init__(region)
+        self.token, self.path = token, path
+
+    def _forget(self, state: dict) -> dict:
+        *inner, last = self.path
+        target = state
+        for step in inner:
+            target = target[step]
+        del target[last]
+        return state
+
+    def new_resource(self, args):
+        rid, state = super().new_resource(args)
+        return rid, (self._forget(state) if args.typ == self.token else state)
+
+    def call(self, args):
+        answer, failures = super().call(args)
+        return (self._forget(answer) if args.token == self.token else answer), failures
+
+
+@pytest.mark.parametrize(
+    ("token", "path", "expected"),
+    [
+        pytest.param("aws:ec2/eip:Eip", ("allocationId",), "aws:ec2/eip:Eip dev-network-nat-us-east-1a-eip .allocation_id",
+                     id="a resource output"),
+        pytest.param("aws:eks/nodeGroup:NodeGroup", ("resources", 0, "autoscalingGroups", 0, "name"),
+                     "NodeGroupResourceAutoscalingGroup .name", id="a nested output"),
+        pytest.param("aws:index/getCallerIdentity:getCallerIdentity", ("accountId",), "GetCallerIdentityResult .account_id",
+                     id="an invoke result"),
+    ],
+)
+def test_an_output_the_mocks_forget_is_caught(token, path, expected):
+    spec = load_stack(STACKS, "dev")
+    found = record(lambda: deploy(spec), "dev", ForgetfulMocks(spec.region, token, path))
+    assert expected in found.unanswered
+
+
+def test_nat_gateways_carry_their_elastic_ip_and_wait_for_it():
+    """aws:ec2/natGateway allocationId is the Elastic IP's allocation id (eipalloc-...), so each NAT gateway
+    depends on its zone's address through its inputs."""
+    recording = run_stack(load_stack(STACKS, "prod"))
+    gateways = recording.of_type("aws:ec2/natGateway:NatGateway")
+    assert gateways
+    for gateway in gateways:
+        address = f"{gateway.name}-eip"
+        assert gateway.inputs["allocationId"].startswith("eipalloc-")
+        assert address in gateway.depends_on and address in gateway.input_dependencies
+
+
+def _sdk_class(token: str, suffix: str = ""):
+    """'aws:ec2/eip:Eip' -> pulumi_aws.ec2.Eip; with suffix 'Result', an invoke's result type."""
+    _, module, name = token.split(":")
+    package = module.split("/")[0]
+    found = importlib.import_module("pulumi_aws" if package == "index" else f"pulumi_aws.{package}")
+    return getattr(found, name[0].upper() + name[1:] + suffix)
+
+
+def _schema_names(cls) -> set[str]:
+    """The schema (wire) names of a generated class's output properties."""
+    return {
+        getattr(member.fget, "_pulumi_name")
+        for klass in cls.__mro__
+        for member in vars(klass).values()
+        if isinstance(member, property) and hasattr(member.fget, "_pulumi_name")
+    }
+
+
+@pytest.mark.parametrize("token", sorted(t for t in PlanMocks("us-east-1")._resources if t.startswith("aws:")))
+def test_the_mocks_answer_with_pulumi_aws_schema_names(token):
+    _, state = PlanMocks("us-east-1")._resources[token]("unit", {"clusterName": "c", "bucket": "b"})
+    assert set(state) - {"clusterName", "bucket"} <= _schema_names(_sdk_class(token))
+
+
+INVOKE_ARGS = {"name": "c", "id": "subnet-0123456789abcdef0", "addonName": "vpc-cni", "kubernetesVersion": "1.36"}
+
+
+@pytest.mark.parametrize("token", sorted(PlanMocks("us-east-1")._calls))
+def test_invoke_answers_use_pulumi_aws_schema_names(token):
+    answer = PlanMocks("us-east-1")._calls[token](dict(INVOKE_ARGS))
+    assert set(answer) <= _schema_names(_sdk_class(token, "Result"))

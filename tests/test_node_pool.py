@@ -1,11 +1,16 @@
-"""A pool's pure parts: its capacity split, EFA interface layout, labels, taints and user data."""
+"""A pool's pure parts (capacity split, EFA interface layout, labels, taints, user data) and its capacity
+block groups as the mock engine records them."""
 
 from __future__ import annotations
 
 import pytest
+from aws_recording import build, run
+from pulumi_policy import StackValidationPolicy
 
 from inferstack import conventions
 from inferstack.aws.node_pool import (
+    GROUP_CAPACITY_BLOCK,
+    GROUP_SPOT,
     NodeGroupPlan,
     efa_interface_layout,
     node_labels,
@@ -13,6 +18,8 @@ from inferstack.aws.node_pool import (
     plan_node_groups,
     render_user_data,
 )
+from inferstack.engine.policy_runner import run_policies
+from inferstack.policies.pools import LAUNCH_TEMPLATE, node_groups
 from inferstack.spec import NodePoolSpec
 from inferstack.spec.pools import PoolHardware
 
@@ -145,3 +152,69 @@ def test_user_data_is_mime_with_a_node_config_part():
 def test_user_data_refuses_unknown_strategies():
     with pytest.raises(ValueError, match="'Mount' is not RAID0 or RAID10"):
         render_user_data("Mount")
+
+
+# ------------------------------------------------------------------------- capacity blocks, as recorded
+
+CAPACITY_BLOCK_POOL = {
+    "name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 4, "efa": True,
+    "capacity": {"on_demand_base": 2, "reservation": {"kind": "capacity_block", "id": RESERVATION}},
+}
+
+
+@pytest.fixture(scope="module")
+def block_recording():
+    return run(build({"node_pools": [CAPACITY_BLOCK_POOL]}))
+
+
+def _group_and_template(recording, suffix: str):
+    group = recording.named(f"prod-h100-{suffix}")
+    template = next(r for r in recording.of_type(LAUNCH_TEMPLATE) if r.name in group.depends_on)
+    return group, template
+
+
+def test_a_capacity_block_group_names_its_instance_type_in_the_launch_template_only(block_recording):
+    """EKS refuses a Capacity Block node group unless its custom launch template has the block's market
+    type, reservation and instance type, and then takes no instance types on the node group itself
+    (awsdocs/amazon-eks-user-guide@4d52b4d latest/ug/ml/capacity-blocks-mng.adoc, "Create a managed node
+    group with Capacity Blocks for ML"; latest/ug/nodes/launch-templates.adoc: an instance type in the
+    launch template excludes instance types on the node group; terraform-aws-modules/terraform-aws-eks
+    v21.19.0 modules/eks-managed-node-group/main.tf sets them the same way)."""
+    group, template = _group_and_template(block_recording, GROUP_CAPACITY_BLOCK)
+
+    assert group.inputs["capacityType"] == "CAPACITY_BLOCK"
+    assert "instanceTypes" not in group.inputs
+    assert template.inputs["instanceType"] == "p5.48xlarge"
+    assert template.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert template.inputs["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": RESERVATION}
+    }
+
+
+def test_a_capacity_block_group_stays_in_the_blocks_zone_and_size(block_recording):
+    """The create request lists only subnets in the reservation's zone, and the group never grows past the
+    block's instances (capacity-blocks-mng.adoc); the spot burst above it is a separate group."""
+    group, _ = _group_and_template(block_recording, GROUP_CAPACITY_BLOCK)
+
+    assert len(group.inputs["subnetIds"]) == 1
+    assert group.inputs["scalingConfig"] == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+
+
+def test_groups_off_the_block_keep_their_instance_types_on_the_node_group(block_recording):
+    group, template = _group_and_template(block_recording, GROUP_SPOT)
+
+    assert group.inputs["instanceTypes"] == ["p5.48xlarge"]
+    assert "instanceType" not in template.inputs
+
+
+def test_the_policy_pack_reads_a_capacity_block_groups_instance_type_from_its_launch_template(block_recording):
+    seen = {}
+
+    def probe(args, report):
+        seen.update({g.name: g.instance_types for g in node_groups(args.resources)})
+
+    run_policies([r.as_dict() for r in block_recording.resources], "prod",
+                 policies=[StackValidationPolicy(name="probe", description="node groups", validate=probe)])
+
+    assert seen["prod-h100-capacity-block"] == ("p5.48xlarge",)
+    assert seen["prod-h100-spot"] == ("p5.48xlarge",)

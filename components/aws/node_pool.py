@@ -5,6 +5,8 @@ instance type, and a burst group above it that runs on spot across every instanc
 EFA pools get one EFA interface per network card, a cluster placement group, a security group that
 lets the pool's nodes reach each other on all protocols, and a single subnet (a placement group and
 EFA traffic stay in one zone). The NVMe instance store becomes the model cache through nodeadm.
+Every group, and the Auto Scaling group EKS makes for it, carries the cluster-autoscaler node-template
+tags of what its nodes offer, so the autoscaler can grow a group that has no node yet.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from importlib.resources import files
 
 import jinja2
 import pulumi
-from pulumi_aws import ec2, eks, vpc
+from pulumi_aws import autoscaling, ec2, eks, vpc
 
 from inferstack import conventions
 from inferstack.aws.cluster import DESIRED_SIZE, ClusterRef
-from inferstack.spec import MigSharing, MpsSharing, NodePoolSpec, Reservation, TimeSlicing
+from inferstack.aws.node_template import GPU_TAINT, TEMPLATE_PREFIX, node_template_tags, template_resources
+from inferstack.spec import MigSharing, MpsSharing, NodePoolSpec, Reservation, Taint, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 
 USER_DATA_BOUNDARY = "//INFERSTACK-NODEADM//"
@@ -40,6 +43,7 @@ GROUP_RESERVED = "reserved"
 GROUP_CAPACITY_BLOCK = "capacity-block"
 GROUP_SPOT = "spot"
 GROUP_BURST = "on-demand-burst"
+CAPACITY_BLOCK = "CAPACITY_BLOCK"
 RESOURCE_SUFFIXES = (
     LAUNCH_TEMPLATE,
     RESERVED_LAUNCH_TEMPLATE,
@@ -81,7 +85,7 @@ def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
         if reservation is None:
             suffix, capacity_type, label = GROUP_ON_DEMAND, "ON_DEMAND", "on-demand"
         elif reservation.kind == "capacity_block":
-            suffix, capacity_type, label = GROUP_CAPACITY_BLOCK, "CAPACITY_BLOCK", "reserved"
+            suffix, capacity_type, label = GROUP_CAPACITY_BLOCK, CAPACITY_BLOCK, "reserved"
         else:
             suffix, capacity_type, label = GROUP_RESERVED, "ON_DEMAND", "reserved"
         groups.append(
@@ -125,11 +129,28 @@ def node_labels(pool: NodePoolSpec, hardware: PoolHardware, capacity_label: str)
     return {**labels, **pool.labels}
 
 
+def pool_taints(pool: NodePoolSpec) -> list[Taint]:
+    """nvidia.com/gpu=true:NoSchedule keeps everything but GPU workloads off the pool; the pool's own follow."""
+    return [GPU_TAINT, *pool.taints]
+
+
 def node_taints(pool: NodePoolSpec) -> list[eks.NodeGroupTaintArgs]:
-    """nvidia.com/gpu=true:NoSchedule keeps everything but GPU workloads off the pool."""
-    taints = [eks.NodeGroupTaintArgs(key=conventions.GPU_TAINT_KEY, value="true", effect="NO_SCHEDULE")]
-    taints += [eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=TAINT_EFFECTS[t.effect]) for t in pool.taints]
-    return taints
+    """The pool's taints as the EKS API spells their effects."""
+    return [eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=TAINT_EFFECTS[t.effect]) for t in pool_taints(pool)]
+
+
+def autoscaler_tags(pool: NodePoolSpec, hardware: PoolHardware, plan: NodeGroupPlan) -> dict[str, str]:
+    """The node-template tags of one group: what a node offers, the labels pods select on (EKS adds the
+    capacity type label itself), and its taints."""
+    labels = {**node_labels(pool, hardware, plan.capacity_label), conventions.EKS_CAPACITY_LABEL: plan.capacity_type}
+    return node_template_tags(template_resources(hardware), labels, pool_taints(pool))
+
+
+def launch_template_instance_type(plan: NodeGroupPlan) -> str | None:
+    """A Capacity Block group names its one instance type in the launch template and none on the node
+    group, or EKS refuses it (EKS User Guide, capacity-blocks-mng; launch-templates: a type in the
+    template excludes instance types on the node group). Every other group lists its types itself."""
+    return plan.instance_types[0] if plan.capacity_type == CAPACITY_BLOCK else None
 
 
 @cache
@@ -227,7 +248,7 @@ class GpuNodePool(pulumi.ComponentResource):
         if pool.nvme_cache.enabled:
             user_data = base64.b64encode(render_user_data(pool.nvme_cache.raid).encode()).decode()
 
-        def launch_template(suffix: str, reservation: Reservation | None) -> ec2.LaunchTemplate:
+        def launch_template(suffix: str, reservation: Reservation | None, instance_type: str | None) -> ec2.LaunchTemplate:
             instance_tags = {**args.tags, "Name": name}
             reserved = None
             market = None
@@ -243,6 +264,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 f"{name}-{suffix}",
                 description=f"GPU nodes of pool {pool.name} ({', '.join(pool.instance_types)})",
                 update_default_version=True,
+                instance_type=instance_type,
                 block_device_mappings=[
                     ec2.LaunchTemplateBlockDeviceMappingArgs(
                         device_name=DATA_VOLUME_DEVICE[pool.ami_type],
@@ -274,39 +296,50 @@ class GpuNodePool(pulumi.ComponentResource):
         shared_template = None
         self.node_groups = []
         for plan in plans:
+            template_type = launch_template_instance_type(plan)
             if plan.reservation is not None:
-                template = launch_template(RESERVED_LAUNCH_TEMPLATE, plan.reservation)
+                template = launch_template(RESERVED_LAUNCH_TEMPLATE, plan.reservation, template_type)
             else:
-                shared_template = shared_template or launch_template(LAUNCH_TEMPLATE, None)
+                shared_template = shared_template or launch_template(LAUNCH_TEMPLATE, None, None)
                 template = shared_template
             # A cluster placement group, EFA and a zonal reservation all live in one zone.
             single_zone = pool.efa.enabled or plan.reservation is not None
             autoscaled = plan.min_size != plan.max_size
-            self.node_groups.append(
-                eks.NodeGroup(
-                    f"{name}-{plan.suffix}",
-                    cluster_name=args.cluster.name,
-                    node_role_arn=args.node_role_arn,
-                    subnet_ids=first_subnet if single_zone else all_subnets,
-                    instance_types=list(plan.instance_types),
-                    capacity_type=plan.capacity_type,
-                    ami_type=pool.ami_type,
-                    scaling_config=eks.NodeGroupScalingConfigArgs(
-                        min_size=plan.min_size, max_size=plan.max_size, desired_size=plan.desired_size
-                    ),
-                    launch_template=eks.NodeGroupLaunchTemplateArgs(
-                        id=template.id, version=template.latest_version.apply(str)
-                    ),
-                    labels=node_labels(pool, hardware, plan.capacity_label),
-                    taints=node_taints(pool),
-                    update_config=eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-                    opts=pulumi.ResourceOptions(
-                        parent=self,
-                        depends_on=list(args.depends_on),
-                        ignore_changes=[DESIRED_SIZE] if autoscaled else None,
-                    ),
-                )
+            template_tags = autoscaler_tags(pool, hardware, plan)
+            group = eks.NodeGroup(
+                f"{name}-{plan.suffix}",
+                cluster_name=args.cluster.name,
+                node_role_arn=args.node_role_arn,
+                subnet_ids=first_subnet if single_zone else all_subnets,
+                instance_types=None if template_type else list(plan.instance_types),
+                capacity_type=plan.capacity_type,
+                ami_type=pool.ami_type,
+                scaling_config=eks.NodeGroupScalingConfigArgs(
+                    min_size=plan.min_size, max_size=plan.max_size, desired_size=plan.desired_size
+                ),
+                launch_template=eks.NodeGroupLaunchTemplateArgs(
+                    id=template.id, version=template.latest_version.apply(str)
+                ),
+                labels=node_labels(pool, hardware, plan.capacity_label),
+                taints=node_taints(pool),
+                tags=template_tags,  # the autoscaler reads the resources/* ones through DescribeNodegroup
+                update_config=eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=list(args.depends_on),
+                    ignore_changes=[DESIRED_SIZE] if autoscaled else None,
+                ),
             )
+            self.node_groups.append(group)
+            # EKS does not pass a node group's tags on to its Auto Scaling group: tag that group directly.
+            group_name = group.resources.apply(lambda found: found[0].autoscaling_groups[0].name)
+            for key, value in template_tags.items():
+                autoscaling.Tag(
+                    f"{name}-{plan.suffix}-{key.removeprefix(TEMPLATE_PREFIX)}",
+                    autoscaling_group_name=group_name,
+                    tag=autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                    opts=child,
+                )
 
         self.node_group_names = pulumi.Output.all(*[g.node_group_name for g in self.node_groups])
         self.node_group_arns = pulumi.Output.all(*[g.arn for g in self.node_groups])

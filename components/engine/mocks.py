@@ -48,15 +48,15 @@ class PlanMocks(Mocks):
             "aws:ec2/subnet:Subnet": self._prefixed("subnet"),
             "aws:ec2/securityGroup:SecurityGroup": self._prefixed("sg"),
             "aws:ec2/internetGateway:InternetGateway": self._prefixed("igw"),
-            "aws:ec2/natGateway:NatGateway": self._prefixed("nat"),
+            "aws:ec2/natGateway:NatGateway": self._prefixed("nat", arn=False),
             "aws:ec2/eip:Eip": self._eip,
             "aws:ec2/routeTable:RouteTable": self._prefixed("rtb"),
             "aws:ec2/launchTemplate:LaunchTemplate": self._launch_template,
             "aws:ec2/placementGroup:PlacementGroup": self._placement_group,
             "aws:eks/cluster:Cluster": self._cluster,
             "aws:eks/nodeGroup:NodeGroup": self._node_group,
-            "aws:iam/role:Role": self._iam("role"),
-            "aws:iam/policy:Policy": self._iam("policy"),
+            "aws:iam/role:Role": self._iam("role", "uniqueId", "AROA"),
+            "aws:iam/policy:Policy": self._iam("policy", "policyId", "ANPA"),
             "aws:iam/openIdConnectProvider:OpenIdConnectProvider": self._oidc,
             "aws:s3/bucket:Bucket": self._bucket,
             "aws:s3/bucketV2:BucketV2": self._bucket,
@@ -105,10 +105,12 @@ class PlanMocks(Mocks):
         where = self.region if region else ""
         return f"arn:{PARTITION}:{service}:{where}:{ACCOUNT_ID}:{resource}"
 
-    def _prefixed(self, prefix: str):
+    def _prefixed(self, prefix: str, arn: bool = True):
+        """EC2 ids are '<prefix>-<17 hex>'; `arn` for the types whose schema has one (a NAT gateway has none)."""
         def make(name: str, state: dict[str, Any]):
             rid = f"{prefix}-{_hex(prefix + name, 17)}"
-            state.setdefault("arn", self._arn("ec2", f"{prefix}/{rid}"))
+            if arn:
+                state.setdefault("arn", self._arn("ec2", f"{prefix}/{rid}"))
             return rid, state
 
         return make
@@ -120,8 +122,13 @@ class PlanMocks(Mocks):
         return rid, state
 
     def _eip(self, name: str, state: dict[str, Any]):
+        """A VPC address: its id is the allocation id (eipalloc-...), as EC2 reports it."""
         rid, state = self._prefixed("eipalloc")(name, state)
-        state["publicIp"] = "198.51.100." + str(int(_hex(name, 2), 16) % 250 + 1)
+        state.update(
+            allocationId=rid,
+            arn=self._arn("ec2", f"elastic-ip/{rid}"),
+            publicIp="198.51.100." + str(int(_hex(name, 2), 16) % 250 + 1),
+        )
         return rid, state
 
     def _launch_template(self, name: str, state: dict[str, Any]):
@@ -163,14 +170,17 @@ class PlanMocks(Mocks):
         )
         return f"{cluster}:{group}", state
 
-    def _iam(self, kind: str):
+    def _iam(self, kind: str, id_output: str, id_prefix: str):
+        """A role's uniqueId (AROA...) or a policy's policyId (ANPA...), as IAM reports them."""
         def make(name: str, state: dict[str, Any]):
             resource_name = state.get("name") or f"{name}-{_hex(name, 7)}"
             path = state.get("path", "/")
             state.update(
-                name=resource_name,
-                arn=f"arn:{PARTITION}:iam::{ACCOUNT_ID}:{kind}{path}{resource_name}",
-                uniqueId="AROA" + _hex(name, 17).upper(),
+                {
+                    "name": resource_name,
+                    "arn": f"arn:{PARTITION}:iam::{ACCOUNT_ID}:{kind}{path}{resource_name}",
+                    id_output: id_prefix + _hex(name, 17).upper(),
+                }
             )
             return resource_name, state
 

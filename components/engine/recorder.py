@@ -1,17 +1,22 @@
 """The embedded engine: run the Pulumi program in-process under Pulumi's mock runtime and record
-every registration exactly as a real engine would receive it (type, name, parent, inputs, deps).
+every registration exactly as a real engine would receive it (type, name, parent, inputs, deps),
+and every output the program read that the mocks left unanswered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any, Callable
 
-from pulumi import Archive, Asset
+import pulumi
+from pulumi import Archive, Asset, CustomResource, Output
+from pulumi import _types as pulumi_types
 from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor, Mocks, set_mocks
 from pulumi.runtime.settings import ROOT
@@ -24,6 +29,9 @@ SIG_KEY = rpc._special_sig_key
 # While the program runs, the cyclic GC collects young objects every this many allocations (default
 # 700) and leaves full collections until the run is over; see rare_collections.
 YOUNG_COLLECTION_ALLOCATIONS = 100_000
+# A generated invoke function copies every field of the engine's answer (its parameter `__response__`)
+# into the result it returns; those copies are the SDK's reads, not the program's.
+INVOKE_RESPONSE = "__response__"
 
 
 @dataclass
@@ -56,6 +64,9 @@ class Recording:
     stack: str
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    # Outputs the program read that the mock engine left without a value, e.g.
+    # "aws:ec2/eip:Eip dev-network-nat-us-east-1a-eip .allocation_id"; a real engine would have answered them.
+    unanswered: list[str] = field(default_factory=list)
 
     def of_type(self, type_token: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_token]
@@ -124,12 +135,13 @@ def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:
     ROOT.set(None)
     set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     ROOT.set(None)  # set_mocks made a root Stack; run_in_stack makes the real one, as `pulumi up` does
-    with _program_order() as order, _without_source_positions(), rare_collections():
+    with _program_order() as order, _reads() as reads, _without_source_positions(), rare_collections():
         try:
             _sync_await(run_in_stack(program))
         except BaseException:
             _cancel_leftover_tasks()
             raise
+    recording.unanswered = reads.unanswered()
     # Requests reach the engine as their inputs resolve, which varies run to run; list them in the
     # order the program registered them, so resources.json is the same for the same program.
     recording.resources.sort(key=lambda r: order.get((r.type, r.name), len(order)))
@@ -163,6 +175,50 @@ def _program_order():
         yield order
     finally:
         sdk_resource.register_resource = original
+
+
+class _ReadLog:
+    """Every output property the program read: resource outputs (still pending when read) and the fields
+    of values already resolved (nested output types, invoke results), which are plain by then."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, Output]] = []
+        self.missing: set[str] = set()
+
+    def note(self, owner: Any, name: str, value: Any, reader: CodeType) -> None:
+        if isinstance(owner, CustomResource):
+            if isinstance(value, Output):
+                self.pending.append((f"{owner._type} {owner._name} .{name}", value))
+        elif value is None and pulumi_types.is_output_type(type(owner)) and INVOKE_RESPONSE not in reader.co_varnames:
+            self.missing.add(f"{type(owner).__name__} .{name}")
+
+    def unanswered(self) -> list[str]:
+        found = set(self.missing)
+        for label, output in self.pending:
+            data = output._data  # done once the run is over, unless the engine never resolved it
+            resolved = data.done() and not data.cancelled() and data.exception() is None
+            if not resolved or data.result().value is None or not data.result().is_known:
+                found.add(label)
+        return sorted(found)
+
+
+@contextmanager
+def _reads():
+    """Log the program's reads of output properties (generated SDKs read every one through `pulumi.get`),
+    so outputs a mock forgot to answer show up instead of silently resolving to None."""
+    log = _ReadLog()
+    original = pulumi.get
+
+    def reading(owner: Any, name: str) -> Any:
+        value = original(owner, name)
+        log.note(owner, name, value, sys._getframe(1).f_code)
+        return value
+
+    pulumi.get = reading
+    try:
+        yield log
+    finally:
+        pulumi.get = original
 
 
 @contextmanager
