@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, Policy
 
-from inferstack.policies.autoscaler_templates import autoscaler_node_templates
 from inferstack.policies.budget import budget_at_max_scale
 from inferstack.policies.capacity import batch_on_spot, serving_on_demand_baseline
 from inferstack.policies.gpu_requests import gpu_requests_advertised
@@ -36,7 +35,6 @@ POLICIES: list[Policy] = [
     helm_releases_pinned,
     serving_on_demand_baseline,
     gpu_requests_advertised,
-    autoscaler_node_templates,
     efa_placement_and_security_group,
     iam_least_privilege,
     s3_buckets_private_encrypted,

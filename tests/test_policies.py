@@ -204,16 +204,6 @@ def test_gpu_requests_must_name_a_resource_the_pool_advertises(tmp_path, capsys)
     assert "prod-a100-mig-on-demand: nvidia.com/mig-1g.10gb=16, nvidia.com/mig-2g.20gb=8, nvidia.com/mig-3g.40gb=8 per node" in text
 
 
-def test_a_group_at_zero_needs_its_autoscaler_template_tags(tmp_path, capsys):
-    """More cases, and the cluster-autoscaler rule itself, in tests/test_autoscaler_templates.py."""
-    resources = [r for r in rendered() if not r["name"].startswith("prod-l40s-batch-spot-")]
-    code, report = check(resources, tmp_path, capsys)
-    assert code == 1 and "autoscaler-node-templates" in failing(report)
-    assert "prod-l40s-batch-spot (pool l40s-batch, SPOT, 0-8 nodes) can be at zero nodes" in messages(
-        report, "autoscaler-node-templates"
-    )
-
-
 def test_gpu_requests_follow_the_gpu_operator_config_not_the_spec(tmp_path, capsys):
     """A node label naming a MIG config the operator does not define leaves the pool advertising nothing."""
     resources = rendered()

@@ -24,7 +24,7 @@ from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
 from inferstack.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
-from inferstack.weights.prefetch import render_prefetch_script
+from inferstack.weights.prefetch import pool_cache_budget_bytes, render_prefetch_script
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PROBE_PERIOD_SECONDS = 10
@@ -151,11 +151,15 @@ def pod_spec(
     }
 
 
-def prefetch_script(model: ModelServiceSpec, weights_bucket: pulumi.Input[str]) -> pulumi.Output[str]:
+def prefetch_script(
+    model: ModelServiceSpec, hardware: PoolHardware, weights_bucket: pulumi.Input[str]
+) -> pulumi.Output[str]:
     bucket, prefix = pods.weights_location(model)
+    budget = pool_cache_budget_bytes(hardware)
     return pulumi.Output.from_input(bucket or weights_bucket).apply(
         lambda name: render_prefetch_script(
-            bucket=name, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=pods.model_key(model)
+            bucket=name, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=pods.model_key(model),
+            cache_budget_bytes=budget,
         )
     )
 
@@ -178,7 +182,7 @@ class ModelService(pulumi.ComponentResource):
         config_map = ConfigMap(
             f"{name}-prefetch",
             metadata={"name": f"{model.name}-prefetch", "namespace": namespace, "labels": labels},
-            data={"prefetch.sh": prefetch_script(model, args.weights_bucket)},
+            data={"prefetch.sh": prefetch_script(model, hardware, args.weights_bucket)},
             opts=child,
         )
         scaled = model.autoscaling.max_replicas > model.autoscaling.min_replicas

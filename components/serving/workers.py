@@ -341,7 +341,7 @@ class BatchJob(pulumi.ComponentResource):
         prefetch = ConfigMap(
             f"{name}-prefetch",
             metadata={"name": f"{job.name}-prefetch", "namespace": namespace, "labels": labels},
-            data={"prefetch.sh": prefetch_script(model, args.weights_bucket)},
+            data={"prefetch.sh": prefetch_script(model, hardware, args.weights_bucket)},
             opts=child,
         )
         scripts = ConfigMap(

@@ -200,6 +200,15 @@ class NvmeCacheSpec(Model):
     raid: Literal["RAID0", "RAID10"] = Field(
         "RAID0", description="nodeadm localStorage strategy. RAID10 needs 4+ disks. Defaults to RAID0."
     )
+    budget_percent: int = Field(
+        80,
+        ge=10,
+        le=95,
+        description="Share of the volume under the model cache (the NVMe array, or the root EBS volume when the "
+        "cache is disabled) that cached weights may fill; beyond it the least recently used superseded versions "
+        "are evicted. The rest stays free for container images and pod data, which nodeadm keeps on the same "
+        "array. Defaults to 80.",
+    )
 
 
 def _bool_to_enabled(value):

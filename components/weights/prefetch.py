@@ -1,7 +1,42 @@
-"""Render the init-container script that copies a model's weights from S3 onto the node's NVMe cache.
+"""Render the init-container script that keeps a model's weights from S3 in the node's NVMe cache.
 
 All values are validated here and shell-quoted by the template, so a spec value can never run as
 shell code inside the pod.
+
+The cache is keyed by content, not by name. At every pod start the script lists the prefix with
+`aws s3api list-objects-v2` (the CLI follows continuation tokens itself, AWS CLI user guide
+"Using the AWS CLI pagination options", docs.aws.amazon.com/cli/latest/userguide/cli-usage-pagination.html)
+and hashes the sorted key, ETag and size of every object: S3 changes an object's ETag whenever its
+content is rewritten, not when only its metadata changes (Amazon S3 API reference, `Object` data type,
+docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html), so a re-upload under the same prefix gives
+a new version and an unchanged prefix the same one. Layout on the node (`cache_dir` in the pod):
+
+    <model_key>                      symlink -> .versions/<model_key>/<digest> (relative: it resolves
+                                     inside whichever mount shows the cache, read-only or not)
+    .versions/<model_key>/<digest>/  one complete, verified copy per content version
+    .lock                            one lock for the whole cache: the budget is shared by all models
+
+A new version is copied into `.versions/<model_key>/.partial-<digest>` (same filesystem), checked
+object by object against the listing, renamed into place, and published by renaming a fresh symlink
+over `<model_key>`: rename(2) replaces the target atomically, so every path lookup through
+`/models/<model_key>` (the one path vLLM is given) finds the old version or the new one complete,
+never a half-copied directory or a missing path (man7.org/linux/man-pages/man2/rename.2.html). A pod
+still loading when another pod publishes a new version resolves later files through the new target.
+Runs are serialised with flock(1) from util-linux (man7.org/linux/man-pages/man1/flock.1.html) when
+the image has it, else with an atomic mkdir(2) lock and a heartbeat. The pinned AWS CLI image is
+built on amazonlinux:2023 and adds findutils and jq (aws/aws-cli@2.31.23:docker/Dockerfile); the
+script needs bash, coreutils (sha256sum, stat, readlink, sort) and GNU find.
+
+Eviction keeps the whole cache within `cache_budget_bytes`, also while a copy is under way. Pods
+leave no trace on the node while they run, so "in use" is approximated by "published": every
+running pod started from its model's symlink target, and a vLLM container the kubelet restarts
+reopens that path without re-running the init container, so another model's published version is
+never evicted. Superseded versions go first, the same model's before other models', then the least
+recently used (each run stamps the version it publishes or finds). As a last resort the version a
+run is about to supersede is unpublished and evicted before the copy: its pods have loaded it, new
+pods wait on the lock, and only a vLLM container restarting during that copy fails and is retried.
+If the model alone exceeds the budget, or other models' published versions leave no room, the
+script fails with a message that says which.
 """
 
 from __future__ import annotations
@@ -13,6 +48,8 @@ from functools import cache
 from importlib.resources import files
 
 import jinja2
+
+from inferstack.spec.pools import PoolHardware
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _MODEL_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -35,16 +72,33 @@ def load_template() -> jinja2.Template:
     return env.from_string(source)
 
 
+def pool_cache_budget_bytes(hardware: PoolHardware) -> int:
+    """Bytes of weights a node of this pool may cache: `budget_percent` of the volume under the cache.
+
+    That volume is the instance-store array nodeadm assembles (RAID0: every disk, RAID10: half of them;
+    EC2 gives instance-store sizes in decimal GB) on the pool's smallest type, since a pod may land on
+    any of them; with the NVMe cache disabled, the hostPath lies on the root EBS volume (GiB).
+    """
+    cache = hardware.spec.nvme_cache
+    if cache.enabled:
+        mirrors = 2 if cache.raid == "RAID10" else 1
+        volume = min(t.nvme_total_gb for t in hardware.instance_types) * 10**9 // mirrors
+    else:
+        volume = hardware.spec.disk_size_gib * 1024**3
+    return volume * cache.budget_percent // 100
+
+
 def render_prefetch_script(
     *,
     bucket: str,
     prefix: str,
     cache_dir: str,
     model_key: str,
+    cache_budget_bytes: int,
     max_concurrent_requests: int = 64,
     multipart_chunk_mb: int = 64,
 ) -> str:
-    """Bash that fills `<cache_dir>/<model_key>/` from `s3://<bucket>/<prefix>/` once per node."""
+    """Bash that publishes the current content of `s3://<bucket>/<prefix>/` at `<cache_dir>/<model_key>`."""
     _check_bucket(bucket)
     prefix = prefix.strip("/")
     if not prefix:
@@ -58,6 +112,8 @@ def render_prefetch_script(
             f"model_key {model_key!r} is not a single safe directory name. "
             "To fix: use letters, digits, '.', '_' and '-' only, starting with a letter or digit, without '..'"
         )
+    if cache_budget_bytes < 1:
+        raise ValueError(f"cache_budget_bytes {cache_budget_bytes} is not positive")
     if not 1 <= max_concurrent_requests <= 1000:
         raise ValueError(f"max_concurrent_requests {max_concurrent_requests} is outside 1..1000")
     if not 5 <= multipart_chunk_mb <= 5120:
@@ -67,6 +123,7 @@ def render_prefetch_script(
         prefix=prefix,
         cache_dir=cache_dir.rstrip("/") or "/",
         model_key=model_key,
+        cache_budget_bytes=cache_budget_bytes,
         max_concurrent_requests=max_concurrent_requests,
         multipart_chunk_mb=multipart_chunk_mb,
     )

@@ -1,0 +1,43 @@
+"""The example stacks give every pre-fetch script the cache budget of the pool its pods run on."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from inferstack.engine.mocks import PlanMocks
+from inferstack.engine.recorder import record
+from inferstack.engine.render import kubernetes_objects
+from inferstack.program import deploy
+from inferstack.spec.pools import PoolHardware
+from inferstack.stacks import load_stack
+from inferstack.weights.prefetch import pool_cache_budget_bytes
+
+STACKS = Path(__file__).resolve().parents[1] / "stacks"
+
+
+def script_value(script: str, name: str) -> str:
+    """The value the rendered script assigns to `name` in its header, unquoted as bash would."""
+    line = next(line for line in script.splitlines() if line.startswith(f"{name}="))
+    (assignment,) = shlex.split(line)
+    return assignment.removeprefix(f"{name}=")
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_prefetch_script_carries_its_pools_budget(stack):
+    spec = load_stack(STACKS, stack).resolved()
+    objects = kubernetes_objects(record(lambda: deploy(spec), spec.environment, PlanMocks(spec.region)))
+    pools = {m.name: m.pool for m in spec.models} | {j.name: j.pool for j in spec.batch_jobs}
+    scripts = {
+        o["metadata"]["name"].removesuffix("-prefetch"): o["data"]["prefetch.sh"]
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-prefetch")
+    }
+
+    assert set(scripts) == set(pools)
+    for owner, script in scripts.items():
+        expected = pool_cache_budget_bytes(PoolHardware(spec.pool(pools[owner])))
+        assert script_value(script, "cache_budget_bytes") == str(expected), owner
+        assert script_value(script, "cache_dir") == "/models"
