@@ -60,6 +60,12 @@ SHARED_DEVICE_BANDWIDTH = Assumption(
     "bandwidth of a shared GPU", "MIG slice: its memory slices' share; time-slicing/MPS: 1/replicas",
     "A MIG slice owns its memory slices' controllers and L2; time-shared pods split the GPU when all are busy.",
 )
+WEIGHT_BYTES = Assumption(
+    "weight bytes read per step", "as held on the GPU (quantized weights at their stored width)",
+    "4-bit and FP8 kernels read the quantized weights and dequantize on chip, so a step reads the held bytes; "
+    "on GPUs without FP8 tensor cores (A10G, A100) FP8 runs as weight-only Marlin (W8A16): decode reads the same "
+    "bytes, but the matmuls, which bound the unmodelled prefill, run at the 16-bit rate.",
+)
 REPLICA_PRICE = Assumption(
     "replica price", "node price x devices / GPUs per node",
     "A replica pays for the devices it blocks; a MIG slice for the larger of its compute and memory share "
@@ -67,7 +73,7 @@ REPLICA_PRICE = Assumption(
 )
 ASSUMPTIONS = (
     BANDWIDTH_EFFICIENCY, AVERAGE_CONTEXT_OUTPUT_SHARE, SEQUENCE_KV, PREFILL, PARALLEL_DEVICES,
-    SHARED_DEVICE_BANDWIDTH, REPLICA_PRICE,
+    SHARED_DEVICE_BANDWIDTH, WEIGHT_BYTES, REPLICA_PRICE,
 )
 
 SECONDS_PER_HOUR = 3600

@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferstack.catalog.models import vocabulary_facts
-from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
+from inferstack.catalog.models import CHECKPOINTS, checkpoints_of, vocabulary_facts
+from inferstack.quantization import describe, served_format, satisfies
+from inferstack.spec import CheckpointFormat, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 
@@ -26,16 +27,10 @@ GIB = 1024**3
 MIB = 1024**2
 
 DTYPE_BYTES = 2  # bfloat16 / float16 weights and activations
-# Bytes per quantized parameter. 4-bit formats (AWQ, GPTQ, compressed-tensors W4A16) store a 16-bit
-# scale and a 4-bit zero point for every group of 128 weights: 0.5 + 2.5/128 bytes.
-BYTES_PER_PARAM = {
-    "none": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5 + 2.5 / 128,
-    "awq": 0.5 + 2.5 / 128,
-    "gptq": 0.5 + 2.5 / 128,
-}
+# Group-wise formats (AWQ, GPTQ, W4A16) store a 16-bit scale per group of weights, and AWQ/GPTQ a
+# 4-bit zero point too: 4-bit weights in groups of 128 with zero points take 0.5 + 2.5/128 bytes.
+SCALE_BYTES = 2
+ZERO_POINT_BYTES = 0.5
 KV_BYTES = {"auto": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 LOGIT_BYTES = 4  # the sampler works on float32 logits
 
@@ -122,12 +117,32 @@ def embedding_params(model: ModelServiceSpec) -> int:
     return vocab["vocab_size"] * model.resolved_architecture.hidden_size * matrices
 
 
-def weights_bytes(model: ModelServiceSpec) -> int:
+def bytes_per_param(stored: CheckpointFormat) -> float:
+    """Bytes per quantized parameter of a format. Per-tensor, per-channel and 128x128-block scales add
+    under 0.1% and are not counted; group-wise scales (and zero points) are."""
+    width = stored.weight_bits / 8
+    if stored.group_size is None:
+        return width
+    return width + (SCALE_BYTES + (ZERO_POINT_BYTES if stored.zero_points else 0)) / stored.group_size
+
+
+def format_bytes(model: ModelServiceSpec, stored: CheckpointFormat) -> int:
+    """The model's weights in a format: 16-bit embeddings and LM head, the rest at the format's width."""
     params = round(model.resolved_architecture.params_billion * 1e9)
-    if model.quantization == "none":
+    if stored.weight_bits == 16:
         return params * DTYPE_BYTES
     embedding = embedding_params(model)
-    return int(embedding * DTYPE_BYTES + (params - embedding) * BYTES_PER_PARAM[model.quantization])
+    return int(embedding * DTYPE_BYTES + (params - embedding) * bytes_per_param(stored))
+
+
+def weights_bytes(model: ModelServiceSpec) -> int:
+    """Weights held on the GPU: the checkpoint as stored, or FP8 when vLLM quantizes a 16-bit one online."""
+    return format_bytes(model, served_format(model))
+
+
+def checkpoint_bytes(model: ModelServiceSpec) -> int:
+    """Weights as stored: what is downloaded, cached on NVMe and read at start (16-bit for online FP8)."""
+    return format_bytes(model, model.stored_format)
 
 
 # ------------------------------------------------------------------------------------------ KV cache
@@ -213,7 +228,7 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
 
 def load_seconds(model: ModelServiceSpec) -> int:
     """Seconds from container start until vLLM serves: the startup probe and scale-down windows use it."""
-    return ENGINE_START_SECONDS + math.ceil(weights_bytes(model) / WEIGHTS_READ_BYTES_PER_SECOND)
+    return ENGINE_START_SECONDS + math.ceil(checkpoint_bytes(model) / WEIGHTS_READ_BYTES_PER_SECOND)
 
 
 # ------------------------------------------------------------------------------------- rejections
@@ -256,26 +271,41 @@ def _describe(result: Fit) -> str:
     return f"{result.max_concurrency} x {result.max_model_len}-token sequences"
 
 
+def precision_options(model: ModelServiceSpec) -> list[tuple[dict, str]]:
+    """Weight-precision changes vLLM can serve, as (spec update, what it is), fewest bytes given up first:
+    online FP8 of a 16-bit checkpoint, then the catalog's checkpoints of the same base model that hold
+    fewer bytes (8-bit before 4-bit). Never a quantization the checkpoint cannot satisfy."""
+    held = weights_bytes(model)
+    options: list[tuple[dict, str]] = []
+    if model.stored_format.weight_bits == 16 and model.quantization != "fp8":
+        options.append(({"quantization": "fp8"}, "quantized online by vLLM at load"))
+    smaller = []
+    for name in checkpoints_of(model.model):
+        stored = CheckpointFormat(**CHECKPOINTS[name]["format"])
+        update = {"model": name} if satisfies(stored, model.quantization) else {"model": name, "quantization": "auto"}
+        candidate_bytes = weights_bytes(model.model_copy(update=update))
+        if candidate_bytes < held:
+            smaller.append((-candidate_bytes, name, update, f"the catalog's checkpoint stored as {describe(stored)}"))
+    options += [(update, what) for _, _, update, what in sorted(smaller)]
+    return options
+
+
 def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
     """Single changes that make the model fit, cheapest first within each kind, with what each gives."""
     options: list[str] = []
     sharing = hardware.spec.gpu_sharing
 
     # Lower precision: KV cache first (no new checkpoint needed), then the weights.
-    candidates: list[dict] = []
-    if model.kv_cache_dtype == "auto":
-        candidates.append({"kv_cache_dtype": "fp8"})
-    for quantization in ("fp8", "int4"):
-        if BYTES_PER_PARAM[quantization] < BYTES_PER_PARAM[model.quantization]:
-            candidates.append({"quantization": quantization})
-            if model.kv_cache_dtype == "auto":
-                candidates.append({"quantization": quantization, "kv_cache_dtype": "fp8"})
-    for update in candidates:
+    kv = [{"kv_cache_dtype": "fp8"}] if model.kv_cache_dtype == "auto" else []
+    candidates: list[tuple[dict, str | None]] = [(update, None) for update in kv]
+    for update, what in precision_options(model):
+        candidates += [(update, what)] + [({**update, **extra}, what) for extra in kv]
+    for update, what in candidates:
         result = fit(model.model_copy(update=update), hardware)
         if result.fits:
             change = ", ".join(f"{k} {v!r}" for k, v in update.items())
-            checkpoint = " (an FP8 or 4-bit checkpoint of the model)" if "quantization" in update else ""
-            options.append(f"lower precision: {change}{checkpoint} gives {_describe(result)}")
+            note = f" ({what})" if what else ""
+            options.append(f"lower precision: {change}{note} gives {_describe(result)}")
             break
 
     # More GPUs: tensor parallel inside a node, then pipeline stages across nodes.
@@ -344,7 +374,8 @@ def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> Non
         f"{model.gpu_memory_utilization}"
     )
     if not result.weights_fit:
-        precision = model.dtype if model.quantization == "none" else model.quantization
+        served = served_format(model)
+        precision = model.dtype if served.weight_bits == 16 else describe(served)
         where = f"{precision} weights of {_gib(result.weights_bytes)}"
         problem = (
             f"{model.model} does not fit: {where} over {result.devices} device(s) need "

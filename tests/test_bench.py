@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_generated_stack_is_valid_varied_and_its_pools_hold_every_replica(services):
     spec = bench.generate_stack(services)
     assert len(spec.models) == services and spec.environment == f"generated-{services}"
-    assert {m.quantization for m in spec.models} >= {"none", "awq", "fp8", "gptq", "int8"}
+    stored = {(m.stored_format.quant_method, m.stored_format.weight_bits) for m in spec.models}
+    assert stored >= {("none", 16), ("awq", 4), ("gptq", 4), ("compressed-tensors", 8)}
     assert {m.tensor_parallel for m in spec.models} >= {1, 2, 4, 8}
     sharing = {type(p.gpu_sharing) for p in spec.node_pools}
     assert {MigSharing, NoSharing, TimeSlicing} <= sharing

@@ -41,29 +41,47 @@ def test_a_16_bit_model_gets_the_exact_default_command_line():
 
 
 @pytest.mark.parametrize(
-    ("checkpoint", "quantization", "expected"),
+    ("checkpoint", "quantization"),
     [
-        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", "awq", "awq"),
-        ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "gptq", "gptq"),
-        # A 16-bit checkpoint with fp8 is quantized by vLLM at load time.
-        ("meta-llama/Llama-3.1-8B-Instruct", "fp8", "fp8"),
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "int8", "compressed-tensors"),
-        ("RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w4a16", "int4", "compressed-tensors"),
-        # An FP8 checkpoint stored as compressed-tensors: vLLM refuses a --quantization that differs from it.
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "fp8", "compressed-tensors"),
+        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", "awq"),
+        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", "auto"),
+        ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "gptq"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "int8"),
+        ("RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w4a16", "int4"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "fp8"),
     ],
 )
-def test_quantization_flag_per_precision(checkpoint, quantization, expected):
-    argv = serve_argv(model(model=checkpoint, quantization=quantization, tensor_parallel=4 if "72B" in checkpoint or "70B" in checkpoint else 1), H100, "/m")
-    assert flag(argv, "--quantization") == expected
+def test_a_pre_quantized_checkpoint_gets_no_quantization_flag(checkpoint, quantization):
+    """vLLM 0.33 vllm/config/model.py `_verify_quantization` reads the method from the checkpoint's
+    quantization_config when --quantization is unset; for AWQ/GPTQ, AutoAWQConfig/AutoGPTQConfig
+    (quantization/auto_awq.py, auto_gptq.py `override_quantization_method`, `get_quant_method`) then pick
+    the Marlin kernel whenever `check_marlin_supported` allows (compute capability >= 7.5, group size
+    -1/32/64/128). Passing the method adds nothing and a different one is refused, so none is passed."""
+    tp = 4 if "72B" in checkpoint or "70B" in checkpoint else 1
+    argv = serve_argv(model(model=checkpoint, quantization=quantization, tensor_parallel=tp), H100, "/m")
+    assert "--quantization" not in argv
+
+
+def test_online_fp8_on_a_16_bit_checkpoint_uses_the_per_tensor_shorthand():
+    """vLLM 0.33 model_loader/weight_utils.py `get_quant_config`: a 16-bit checkpoint with
+    `--quantization fp8` logs "--quantization fp8 is deprecated for online quantization; use
+    --quantization fp8_per_tensor instead" and builds the same OnlineQuantizationConfig; config/quantization.py
+    `_ONLINE_SHORTHANDS` defines fp8_per_tensor (static per-tensor FP8 weights), which on GPUs without FP8
+    hardware falls back to MarlinFP8ScaledMMLinearKernel (quantization/online/fp8.py)."""
+    argv = serve_argv(model(quantization="fp8"), H100, "/m")
+    assert flag(argv, "--quantization") == "fp8_per_tensor"
     assert argv.count("--quantization") == 1
 
 
-def test_an_int4_model_without_a_catalog_checkpoint_uses_compressed_tensors():
+def test_a_model_given_by_architecture_states_its_stored_format():
+    """An unknown checkpoint stored as W4A16 needs no flag either: vLLM reads its compressed-tensors config."""
     architecture = {"params_billion": 8, "layers": 32, "hidden_size": 4096, "attention_heads": 32, "kv_heads": 8,
                     "head_dim": 128, "max_context": 32768}
-    argv = serve_argv(model(model="acme/llama-w4a16", architecture=architecture, quantization="int4"), H100, "/m")
-    assert flag(argv, "--quantization") == "compressed-tensors"
+    stored = {"quant_method": "compressed-tensors", "weight_bits": 4, "weight_type": "int", "group_size": 128}
+    argv = serve_argv(
+        model(model="acme/llama-w4a16", architecture=architecture, checkpoint_format=stored, quantization="int4"), H100, "/m"
+    )
+    assert "--quantization" not in argv
 
 
 def test_kv_cache_dtype_limits_and_disabled_features():
@@ -130,5 +148,5 @@ def test_roles_must_match_the_parallelism():
 def test_run_batch_takes_engine_flags_but_no_server_port():
     argv = run_batch_argv(model(quantization="fp8"), H100, "/models/m", input_path="/work/in.jsonl", output_path="/work/out.jsonl")
     assert argv[:8] == ["vllm", "run-batch", "-i", "/work/in.jsonl", "-o", "/work/out.jsonl", "--model", "/models/m"]
-    assert flag(argv, "--served-model-name") == "svc" and flag(argv, "--quantization") == "fp8"
+    assert flag(argv, "--served-model-name") == "svc" and flag(argv, "--quantization") == "fp8_per_tensor"
     assert "--port" not in argv

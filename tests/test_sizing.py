@@ -17,7 +17,7 @@ import copy
 
 import pytest
 
-from inferstack.sizing import GIB, fit, load_seconds, weights_bytes
+from inferstack.sizing import GIB, checkpoint_bytes, fit, load_seconds, weights_bytes
 from inferstack.spec import ModelServiceSpec, NodePoolSpec, SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
 
@@ -132,7 +132,9 @@ def test_kv_heads_are_replicated_when_tensor_parallel_exceeds_them():
 def test_weights_of_a_model_without_vocabulary_facts_count_every_parameter_quantized():
     architecture = {"params_billion": 10, "layers": 40, "hidden_size": 5120, "attention_heads": 40, "kv_heads": 8,
                     "head_dim": 128, "max_context": 32768}
-    model = ModelServiceSpec(name="m", model="acme/custom-10b-gptq", architecture=architecture, quantization="gptq", pool="h100")
+    stored = {"quant_method": "gptq", "weight_bits": 4, "weight_type": "int", "group_size": 128, "zero_points": True}
+    model = ModelServiceSpec(name="m", model="acme/custom-10b-gptq", architecture=architecture, checkpoint_format=stored,
+                             quantization="gptq", pool="h100")
     assert weights_bytes(model) == int(10_000_000_000 * FOUR_BIT)
 
 
@@ -183,7 +185,9 @@ def test_mig_slice_too_small_offers_a_larger_slice_and_whole_gpus():
     assert "larger slice: mig_profile '3g.40gb'" in error.fix
     assert "(add it to the pool's MIG layout)" not in error.fix.split("larger slice")[1].split(";")[0]
     assert "on a pool of whole A100-80GBs" in error.fix
-    assert "lower precision: quantization 'int4', kv_cache_dtype 'fp8'" in error.fix
+    # The catalog has no 4-bit Qwen3-8B checkpoint and online FP8 (8.2 GB) is still too large: no
+    # precision change is offered rather than one vLLM could not start.
+    assert "lower precision" not in error.fix and "int4" not in error.fix
 
 
 def test_larger_slice_outside_the_layout_says_to_add_it():
@@ -221,3 +225,86 @@ def test_a_model_that_fits_nowhere_says_so():
     error = rejection(stack(l4, {"model": "acme/huge", "architecture": huge}))
     assert error.fix == "nothing inferstack knows fits it on a L4: use a GPU with more memory"
     assert "745.06 GiB" in error.problem  # 400e9 x 2 bytes
+
+
+# ------------------------------------------------------------------------- bytes per stored format
+# What each format stores per linear-layer weight (embeddings and LM head stay 16-bit), from the
+# tensors vLLM 0.33 creates for it: AWQ qweight (int32-packed 4-bit) + qzeros (4-bit) + 16-bit scales
+# per group (quantization/auto_awq.py create_weights); GPTQ the same plus g_idx (auto_gptq.py);
+# compressed-tensors pack-quantized W4A16 symmetric: packed weights + 16-bit group scales, no zero points
+# (compressed_tensors/schemes/compressed_tensors_wNa16.py); W8A8 and FP8: one byte per weight plus
+# per-channel or per-tensor scales (schemes/compressed_tensors_w8a8_*.py, fp8.py).
+
+LLAMA_8B = 8_030_000_000
+LLAMA_8B_EMBEDDING = 128_256 * 4_096 * 2   # untied token embedding + LM head = 1,050,673,152
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "per_param"),
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", 2.0),
+        ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", 0.5 + (2 + 0.5) / 128),   # scale + zero per 128
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", 0.5 + 2 / 128),          # symmetric: scale only
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", 1.0),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", 1.0),
+    ],
+)
+def test_a_pre_quantized_checkpoint_downloads_and_holds_its_stored_bytes(checkpoint, per_param):
+    model = ModelServiceSpec(name="m", model=checkpoint, pool="l40s")
+    if per_param == 2.0:
+        expected = LLAMA_8B * 2
+    else:
+        expected = int(LLAMA_8B_EMBEDDING * 2 + (LLAMA_8B - LLAMA_8B_EMBEDDING) * per_param)
+    assert weights_bytes(model) == checkpoint_bytes(model) == expected
+
+
+def test_a_per_channel_w4a16_checkpoint_has_no_group_scales():
+    model = ModelServiceSpec(name="m", model="RedHatAI/Meta-Llama-3.1-70B-Instruct-quantized.w4a16", pool="h100")
+    embedding = 128_256 * 8_192 * 2
+    assert weights_bytes(model) == int(embedding * 2 + (70_600_000_000 - embedding) * 0.5)
+
+
+def test_online_fp8_downloads_16_bit_bytes_but_holds_fp8_bytes():
+    """vLLM 0.33 quantization/online/fp8.py Fp8PerTensorOnlineLinearMethod loads the 16-bit weights and
+    quantizes each linear layer while loading; online/base.py leaves the embedding and ParallelLMHead
+    unquantized (only LinearBase layers get an online method)."""
+    model = ModelServiceSpec(name="m", model="meta-llama/Llama-3.1-8B-Instruct", quantization="fp8", pool="l40s")
+    held = LLAMA_8B_EMBEDDING * 2 + (LLAMA_8B - LLAMA_8B_EMBEDDING) * 1
+    assert weights_bytes(model) == held == 9_080_673_152                      # 8.46 GiB on the GPU
+    assert checkpoint_bytes(model) == LLAMA_8B * 2 == 16_060_000_000          # 14.96 GiB downloaded and read
+    assert load_seconds(model) == 180 + 16_060_000_000 // 500_000_000 + 1       # start-up reads the stored files
+    result = sized({"name": "m", "model": "meta-llama/Llama-3.1-8B-Instruct", "quantization": "fp8", "pool": "l40s"}, L40S)
+    assert result.weights_bytes == held
+
+
+def test_sizing_never_suggests_a_quantization_the_checkpoint_cannot_take():
+    """The old suggestion `quantization 'int4'` on a 16-bit checkpoint would stop vLLM at startup
+    (weight_utils.py get_quant_config); a suggestion is online FP8 or a catalog checkpoint by id."""
+    l4 = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1}
+    error = rejection(stack(L40S, {"model": "meta-llama/Llama-3.1-70B-Instruct"}))
+    assert "int4" not in error.fix and "'awq'" not in error.fix
+    assert error.fix.startswith(
+        "lower precision: model 'hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4', kv_cache_dtype 'fp8' "
+        "(the catalog's checkpoint stored as AWQ 4-bit group-128) gives 1 x 8192-token sequences"
+    )
+    # A 4-bit checkpoint cannot be quantized further: no precision change, whatever the shortfall.
+    error = rejection(stack(l4, {"model": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}))
+    assert "quantization" not in error.fix and "lower precision" not in error.fix
+
+
+@pytest.mark.parametrize(
+    ("pool", "model"),
+    [
+        (L40S, {"model": "meta-llama/Llama-3.1-70B-Instruct"}),
+        (H100, {"model": "meta-llama/Llama-3.1-70B-Instruct"}),
+        (L4_SHARED, {"model": "meta-llama/Llama-3.1-8B-Instruct"}),
+        (L4_SHARED, {"model": "meta-llama/Llama-3.1-8B-Instruct", "quantization": "none"}),
+    ],
+)
+def test_following_a_lower_precision_suggestion_gives_a_valid_spec(pool, model):
+    error = rejection(stack(pool, model))
+    suggestion = next(option for option in error.fix.split("; or ") if option.startswith("lower precision: "))
+    change = suggestion.removeprefix("lower precision: ").split(" (")[0].split(" gives ")[0]
+    applied = {key: value.strip("'") for key, value in (item.split(" ", 1) for item in change.split(", "))}
+    assert applied  # e.g. {"quantization": "fp8"} or {"model": "<catalog checkpoint>", "kv_cache_dtype": "fp8"}
+    StackSpec.model_validate(stack(pool, {**model, **applied}))

@@ -219,3 +219,132 @@ def test_rejection_names_path_problem_and_fix(case):
 
 def test_schema_is_json():
     json.dumps(StackSpec.model_json_schema())
+
+
+# -------------------------------------------------------------------- quantization vs stored format
+# vLLM 0.33.0 (PyPI sdist vllm-0.33.0.tar.gz): vllm/config/model.py `ModelConfig._verify_quantization`
+# compares --quantization with the checkpoint's quantization_config; model_executor/model_loader/
+# weight_utils.py `get_quant_config` needs a 16-bit checkpoint's method to quantize online.
+
+AWQ_8B = "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"
+
+
+def with_model(**fields) -> dict:
+    spec = base()
+    spec["models"][0] = {**spec["models"][0], **fields}
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "quantization"),
+    [(AWQ_8B, "auto"), (AWQ_8B, "awq"), (AWQ_8B, "int4"), ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "fp8"),
+     ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "int8"), ("meta-llama/Llama-3.1-8B-Instruct", "none"),
+     ("meta-llama/Llama-3.1-8B-Instruct", "fp8")],
+)
+def test_a_quantization_the_checkpoint_satisfies_is_accepted(checkpoint, quantization):
+    """vLLM 0.33 config/model.py `_verify_quantization`: a pre-quantized checkpoint runs as its config
+    says (awq is accepted by AutoAWQConfig.override_quantization_method); a 16-bit one runs at 16 bits
+    or, with fp8, quantized online (weight_utils.py `get_quant_config`)."""
+    StackSpec.model_validate(with_model(model=checkpoint, quantization=quantization))
+
+
+@pytest.mark.parametrize("quantization", ["awq", "gptq", "int4", "int8"])
+def test_an_integer_quantization_of_a_16_bit_checkpoint_is_refused_with_a_real_checkpoint(quantization):
+    """vLLM 0.33 weight_utils.py `get_quant_config`: with no quantization_config in the checkpoint and a
+    method that is not an online shorthand, vLLM looks for the method's config file and stops with
+    "Cannot find the config file for awq" (or gptq); config/quantization.py `_ONLINE_SHORTHANDS` quantizes
+    dense layers online to FP8 only (int8_per_channel_weight_only covers MoE experts alone)."""
+    error = rejection(with_model(quantization=quantization))
+    assert error.path == "models[0].quantization"
+    assert repr(quantization) in error.problem and "16-bit checkpoint" in error.problem
+    if quantization in ("awq", "gptq"):
+        assert f"Cannot find the config file for {quantization}" in error.problem
+    assert "set quantization 'fp8' (quantized online by vLLM at load)" in error.fix
+    if quantization == "awq":
+        assert f"use an AWQ checkpoint of the model such as {AWQ_8B!r} from the catalog" in error.fix
+
+
+def test_following_the_fix_of_a_refused_quantization_gives_a_valid_spec():
+    """Every checkpoint the fix names is one vLLM serves as asked: setting model to it validates."""
+    for quantization in ("awq", "int4", "int8"):
+        error = rejection(with_model(quantization=quantization))
+        named = error.fix.split("such as '")[1].split("'")[0]
+        StackSpec.model_validate(with_model(model=named, quantization=quantization))
+    StackSpec.model_validate(with_model(quantization="fp8"))
+
+
+def test_a_method_without_a_catalog_checkpoint_says_how_to_name_one():
+    error = rejection(with_model(model="Qwen/Qwen3-8B", quantization="gptq"))
+    assert "such as" not in error.fix
+    assert "point model at a checkpoint stored as gptq (with checkpoint_format" in error.fix
+
+
+def test_fp8_on_an_awq_checkpoint_is_refused_as_vllm_refuses_it():
+    """vLLM 0.33 config/model.py `_verify_quantization`: AutoAWQConfig.override_quantization_method
+    accepts only awq/awq_marlin/auto_awq/marlin, so fp8 on an AWQ checkpoint raises "Quantization method
+    specified in the model config (awq) does not match the quantization method specified in the
+    `quantization` argument (fp8)"."""
+    error = rejection(with_model(model=AWQ_8B, quantization="fp8"))
+    assert error.path == "models[0].quantization"
+    assert (
+        "Quantization method specified in the model config (awq) does not match the quantization method "
+        "specified in the `quantization` argument (fp8)"
+    ) in error.problem
+    assert "set quantization 'auto' to serve it as stored (AWQ 4-bit group-128)" in error.fix
+    assert "such as 'RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8'" in error.fix or "such as 'neuralmagic/" in error.fix
+    assert "use the 16-bit base model 'meta-llama/Llama-3.1-8B-Instruct' with quantization 'fp8' (online)" in error.fix
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "quantization", "method"),
+    [(AWQ_8B, "none", None), ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", "awq", "compressed-tensors"),
+     ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "awq", "gptq")],
+)
+def test_a_quantization_a_pre_quantized_checkpoint_does_not_store_is_refused(checkpoint, quantization, method):
+    """vLLM 0.33 `_verify_quantization`: a method other than the checkpoint's is refused; a pre-quantized
+    checkpoint is never served at 16 bits."""
+    error = rejection(with_model(model=checkpoint, quantization=quantization, tensor_parallel=4 if "72B" in checkpoint else 2))
+    assert error.path == "models[0].quantization"
+    if method:
+        assert f"in the model config ({method})" in error.problem
+    assert "set quantization 'auto'" in error.fix
+    if quantization == "none":
+        assert "use the 16-bit base model 'meta-llama/Llama-3.1-8B-Instruct'" in error.fix
+
+
+def test_an_unknown_model_states_its_checkpoint_format():
+    architecture = {"params_billion": 8, "layers": 32, "hidden_size": 4096, "attention_heads": 32, "kv_heads": 8,
+                    "head_dim": 128, "max_context": 32768}
+    stored = {"quant_method": "awq", "weight_bits": 4, "weight_type": "int", "group_size": 128, "zero_points": True}
+    spec = StackSpec.model_validate(
+        with_model(model="acme/llama-awq", architecture=architecture, checkpoint_format=stored, quantization="awq")
+    )
+    assert spec.models[0].stored_format.quant_method == "awq"
+    # Without the field the checkpoint is taken to be 16-bit, where awq cannot start.
+    error = rejection(with_model(model="acme/llama-awq", architecture=architecture, quantization="awq"))
+    assert error.path == "models[0].quantization"
+
+
+def test_a_checkpoint_format_that_contradicts_the_catalog_is_refused():
+    stored = {"quant_method": "gptq", "weight_bits": 4, "weight_type": "int", "group_size": 128, "zero_points": True}
+    error = rejection(with_model(model=AWQ_8B, checkpoint_format=stored))
+    assert error.path == "models[0].checkpoint_format"
+    assert "AWQ 4-bit group-128" in error.problem and "GPTQ 4-bit group-128" in error.problem
+    error = rejection(with_model(checkpoint_format=stored))  # the catalog's 16-bit base model
+    assert error.path == "models[0].checkpoint_format" and "16-bit" in error.problem
+
+
+@pytest.mark.parametrize(
+    ("stored", "says"),
+    [({"quant_method": "awq", "weight_bits": 8, "weight_type": "int"}, "4-bit int"),
+     ({"quant_method": "fp8", "weight_bits": 8, "weight_type": "int"}, "8-bit float"),
+     ({"quant_method": "compressed-tensors", "weight_bits": 4, "weight_type": "int", "activation_bits": 8}, "W8A8"),
+     ({"quant_method": "none", "weight_bits": 4, "weight_type": "int"}, "16-bit float")],
+)
+def test_a_checkpoint_format_vllm_cannot_load_is_refused(stored, says):
+    """vLLM 0.33 quantization/auto_awq.py AutoAWQConfig.TYPE_MAP holds 4-bit only (auto_gptq.py: 4 and
+    8); fp8 stores float weights; compressed-tensors W8A8 quantizes activations of 8-bit weights."""
+    architecture = {"params_billion": 8, "layers": 32, "hidden_size": 4096, "attention_heads": 32, "kv_heads": 8,
+                    "head_dim": 128, "max_context": 32768}
+    error = rejection(with_model(model="acme/x", architecture=architecture, checkpoint_format=stored))
+    assert error.path.startswith("models[0].checkpoint_format") and says in error.problem

@@ -1,6 +1,8 @@
-"""Model architecture facts (layers, KV heads, head dim, ...) that sizing needs, kept as data.
+"""Model facts as data: the architecture sizing needs, and how each pre-quantized checkpoint stores its weights.
 
-Quantized checkpoints share their base model's architecture; `models.json` maps them to it.
+A pre-quantized checkpoint shares its base model's architecture and vocabulary; `models.json` maps
+it to that base model and states its stored format (the checkpoint's `quantization_config`), with
+where each fact was read.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ _RAW = json.loads(files("inferstack.catalog").joinpath("models.json").read_text(
 MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["models"].items()}
 )
-QUANTIZED_CHECKPOINTS: Mapping[str, str] = MappingProxyType(_RAW["quantized_checkpoints"])
-# The quant_method each pre-quantized checkpoint declares: vLLM refuses a --quantization that differs.
-CHECKPOINT_QUANTIZATION: Mapping[str, str] = MappingProxyType(_RAW["checkpoint_quantization"])
+# Pre-quantized checkpoint id -> {"base_model", "format" (CheckpointFormat fields), "source"}.
+CHECKPOINTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {name: MappingProxyType(facts) for name, facts in _RAW["checkpoints"].items()}
+)
 # Token embedding facts, kept apart from the architecture: quantized checkpoints leave the embedding
 # and LM-head matrices in 16 bits, which sizing must count separately.
 VOCABULARY: Mapping[str, Mapping[str, Any]] = MappingProxyType(
@@ -25,20 +28,33 @@ VOCABULARY: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 )
 
 
+def base_model(model_id: str) -> str:
+    """The base model a catalog checkpoint was quantized from; the id itself otherwise."""
+    checkpoint = CHECKPOINTS.get(model_id)
+    return model_id if checkpoint is None else checkpoint["base_model"]
+
+
 def model_facts(model_id: str) -> Mapping[str, Any] | None:
     """Architecture facts for a model id or a quantized checkpoint of one; None when unknown."""
-    return MODELS.get(QUANTIZED_CHECKPOINTS.get(model_id, model_id))
+    return MODELS.get(base_model(model_id))
 
 
 def vocabulary_facts(model_id: str) -> Mapping[str, Any] | None:
     """vocab_size and tied_embeddings for a model id or a quantized checkpoint of one; None when unknown."""
-    return VOCABULARY.get(QUANTIZED_CHECKPOINTS.get(model_id, model_id))
+    return VOCABULARY.get(base_model(model_id))
 
 
-def checkpoint_quantization(model_id: str) -> str | None:
-    """The vLLM quantization method a checkpoint declares in its config; None for unquantized or unknown ones."""
-    return CHECKPOINT_QUANTIZATION.get(model_id)
+def checkpoint_format(model_id: str) -> Mapping[str, Any] | None:
+    """The stored format of a catalog checkpoint (CheckpointFormat fields); None for 16-bit or unknown ids."""
+    checkpoint = CHECKPOINTS.get(model_id)
+    return None if checkpoint is None else checkpoint["format"]
+
+
+def checkpoints_of(model_id: str) -> list[str]:
+    """The catalog's pre-quantized checkpoints of the same base model, other than `model_id` itself."""
+    base = base_model(model_id)
+    return [name for name, facts in CHECKPOINTS.items() if facts["base_model"] == base and name != model_id]
 
 
 def known_model_ids() -> list[str]:
-    return sorted([*MODELS, *QUANTIZED_CHECKPOINTS])
+    return sorted([*MODELS, *CHECKPOINTS])

@@ -84,6 +84,13 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
                 "yes" if row["fits"] else "[red]NO[/red]",
             )
         console.print(placements)
+        for row in plan["placements"]:
+            weights = row["weights"]
+            held = "as stored" if weights["held"] == weights["stored"] else f"as {weights['held']}"
+            console.print(
+                f"  {row['model']}: {weights['stored']} checkpoint ({weights['download_gib']:.1f} GiB to download), "
+                f"held {held}: {weights['kernel']}"
+            )
 
     totals = plan["totals"]
     spot = plan["node_pools"][0]["spot_discount"] if plan["node_pools"] else 0

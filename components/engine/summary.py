@@ -88,6 +88,19 @@ def gpu_slots(hardware: PoolHardware) -> dict[str, Any]:
     return {"gpu_slots": [{"device": gpu.name, "width": 1}] * shares, "gpu_width": shares}
 
 
+def weights_format(model, hardware: PoolHardware) -> dict[str, Any]:
+    """How the checkpoint stores the weights, what the GPU holds, what is downloaded and the kernel it implies."""
+    from inferstack.quantization import describe, is_online, kernel, served_format
+    from inferstack.sizing import checkpoint_bytes
+
+    return {
+        "stored": describe(model.stored_format),
+        "held": describe(served_format(model)) + (" (quantized online)" if is_online(model) else ""),
+        "download_gib": round(checkpoint_bytes(model) / GIB, 2),
+        "kernel": kernel(model, hardware.gpu),
+    }
+
+
 def placements(spec: StackSpec) -> list[dict[str, Any]]:
     rows = []
     for model in spec.models:
@@ -102,6 +115,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "devices_per_replica": result.devices,
                 "replicas": {"min": model.autoscaling.min_replicas, "max": model.autoscaling.max_replicas},
                 "weights_gib": round(result.weights_bytes / GIB, 2),
+                "weights": weights_format(model, hardware),
                 "kv_cache_gib": round(result.kv_cache_bytes / GIB, 2),
                 "memory_gib": round(result.memory_bytes / GIB, 2),
                 "kv_tokens": result.kv_tokens,
@@ -176,7 +190,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     its lower bound without needless ones (serving_time.DependencyRule), plus the waits a pod has in the
     cluster (its pool's nodes, the GPU operator, the EFA plugin, a scale-up, KEDA, its S3 credentials)."""
     from inferstack import serving_time as st
-    from inferstack.sizing import weights_bytes
+    from inferstack.sizing import checkpoint_bytes
 
     resources = graph_resources(recording)
     by_chart: dict[str, str] = {}
@@ -224,7 +238,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
                           "inputs": {}})
         runtime += [st.Edge(replica, wait, "runtime") for wait in [target, *waits] if wait is not None]
         targets[model.name] = replica
-        weights = weights_bytes(model)
+        weights = checkpoint_bytes(model)  # as stored: online FP8 still downloads 16-bit files
         replicas[replica] = {
             "model": model,
             "new_node": scale_up,

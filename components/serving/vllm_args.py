@@ -10,31 +10,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from inferstack.catalog.models import checkpoint_quantization
+from inferstack.quantization import vllm_quantization
 from inferstack.spec import ModelServiceSpec, MpsSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 
 VLLM_PORT = 8000
-# Spec precision -> vLLM --quantization. int8 (W8A8) and int4 (W4A16) checkpoints are compressed-tensors.
-QUANTIZATION_METHOD = {
-    "awq": "awq",
-    "gptq": "gptq",
-    "fp8": "fp8",
-    "int8": "compressed-tensors",
-    "int4": "compressed-tensors",
-}
 Role = Literal["single", "leader", "worker"]
-
-
-def quantization_method(model: ModelServiceSpec) -> str | None:
-    """The --quantization value: what the checkpoint declares when the catalog knows it, else the spec's mapping.
-
-    vLLM refuses a --quantization that differs from the checkpoint's own quant_method (e.g. an FP8
-    checkpoint stored as compressed-tensors), while a 16-bit checkpoint with `fp8` is quantized online.
-    """
-    if model.quantization == "none":
-        return None
-    return checkpoint_quantization(model.model) or QUANTIZATION_METHOD[model.quantization]
 
 
 def gpu_memory_utilization(model: ModelServiceSpec, hardware: PoolHardware) -> float:
@@ -49,7 +30,7 @@ def gpu_memory_utilization(model: ModelServiceSpec, hardware: PoolHardware) -> f
 def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role = "single") -> list[str]:
     """Engine flags shared by `vllm serve` and `vllm run-batch`."""
     args = ["--served-model-name", model.name, "--dtype", model.dtype]
-    method = quantization_method(model)
+    method = vllm_quantization(model)  # None for a pre-quantized checkpoint: vLLM reads its config
     if method is not None:
         args += ["--quantization", method]
     if model.kv_cache_dtype != "auto":

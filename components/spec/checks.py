@@ -9,10 +9,12 @@ from collections import Counter
 from collections.abc import Iterable
 
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
-from inferstack.catalog.models import known_model_ids, model_facts
+from inferstack.catalog.models import MODELS, checkpoint_format, known_model_ids, model_facts
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
 from inferstack.spec.models import (
     AUTO,
+    SIXTEEN_BIT,
+    CheckpointFormat,
     ModelServiceSpec,
     CreateCluster,
     MigSharing,
@@ -36,6 +38,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     _check_cluster(spec)
     for i, model in enumerate(spec.models):
         _check_auto_fields(spec, i, pools)
+        _check_quantization(spec, i)
     models = resolve_models(spec, pools)
     for i, model in enumerate(models):
         _check_model(spec, i, model, pools)
@@ -72,6 +75,25 @@ def _check_auto_fields(spec: StackSpec, index: int, pools: dict[str, PoolHardwar
             "add `architecture` (params_billion, layers, hidden_size, attention_heads, kv_heads, head_dim, "
             "max_context) to the service, or use a catalog model",
         )
+
+
+def _check_quantization(spec: StackSpec, index: int) -> None:
+    """The checkpoint's stored format is a fact; the service's quantization must be one vLLM can serve from it."""
+    from inferstack.quantization import describe, refusal
+
+    model = spec.models[index]
+    listed = checkpoint_format(model.model)
+    catalog = CheckpointFormat(**listed) if listed is not None else SIXTEEN_BIT if model.model in MODELS else None
+    if model.checkpoint_format is not None and catalog is not None and model.checkpoint_format != catalog:
+        raise SpecError(
+            f"models[{index}].checkpoint_format",
+            f"{model.model} is in the model catalog as a {describe(catalog)} checkpoint, not "
+            f"{describe(model.checkpoint_format)}",
+            "drop checkpoint_format: the catalog states how this checkpoint is stored",
+        )
+    found = refusal(model)
+    if found is not None:
+        raise SpecError(f"models[{index}].quantization", f"{model.quantization!r}: {found.problem}", found.fix)
 
 
 def _unique_names(spec: StackSpec) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from inferstack.catalog.models import model_facts
+from inferstack.catalog.models import checkpoint_format as catalog_checkpoint_format, model_facts
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -354,6 +354,60 @@ class ModelArchitecture(Model):
     task: Literal["generate", "embed"] = Field("generate", description="Text generation or embeddings. Defaults to generate.")
 
 
+class CheckpointFormat(Model):
+    """How a checkpoint stores its linear-layer weights, as its config.json's `quantization_config` says.
+
+    vLLM reads this from the checkpoint itself, so it is a fact about the files, not a choice: sizing
+    counts these bytes on disk, and what vLLM may be asked to run depends on it. Token embeddings and
+    the LM head stay 16-bit in every format here.
+    """
+
+    quant_method: Literal["none", "awq", "gptq", "fp8", "compressed-tensors"] = Field(
+        "none",
+        description="`quantization_config.quant_method` of the checkpoint's config.json; none for a 16-bit "
+        "checkpoint (no quantization_config). Defaults to none.",
+    )
+    weight_bits: Literal[4, 8, 16] = Field(16, description="Bits per stored weight. Defaults to 16.")
+    weight_type: Literal["int", "float"] = Field(
+        "float", description="Integer (AWQ, GPTQ, W4A16, W8A8-INT8) or float (FP8, 16-bit) weights. Defaults to float."
+    )
+    activation_bits: Literal[8, 16] = Field(
+        16, description="8 when activations are quantized too (W8A8 INT8 or FP8), 16 for weight-only. Defaults to 16."
+    )
+    group_size: int | None = Field(
+        None,
+        ge=1,
+        description="Weights per 16-bit scale for group-wise formats (AWQ, GPTQ, W4A16: usually 128); none for "
+        "per-channel, per-tensor or 128x128-block scales. Defaults to none.",
+    )
+    zero_points: bool = Field(
+        False, description="A 4-bit zero point is stored per group (AWQ, GPTQ). Defaults to false."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CheckpointFormat":
+        kinds = {
+            "none": {(16, "float")},
+            "awq": {(4, "int")},
+            "gptq": {(4, "int"), (8, "int")},
+            "fp8": {(8, "float")},
+            "compressed-tensors": {(4, "int"), (8, "int"), (8, "float")},
+        }
+        if (self.weight_bits, self.weight_type) not in kinds[self.quant_method]:
+            allowed = ", ".join(f"{bits}-bit {kind}" for bits, kind in sorted(kinds[self.quant_method]))
+            raise ValueError(
+                f"quant_method {self.quant_method!r} stores {allowed} weights, not {self.weight_bits}-bit {self.weight_type}"
+            )
+        if self.activation_bits == 8 and self.weight_bits != 8:
+            raise ValueError("activation_bits 8 (W8A8) needs weight_bits 8")
+        if self.group_size is None and self.zero_points:
+            raise ValueError("zero_points are stored per group: set group_size")
+        return self
+
+
+SIXTEEN_BIT = CheckpointFormat()
+
+
 class AutoscalingSpec(Model):
     """KEDA scaling of a model service on serving metrics."""
 
@@ -393,9 +447,16 @@ class ModelServiceSpec(Model):
     weights: S3Uri | None = Field(
         None, description="S3 prefix holding the weights. Defaults to s3://<weights bucket>/models/<model>/."
     )
-    quantization: Literal["none", "fp8", "int8", "int4", "awq", "gptq"] = Field(
-        "none",
-        description="Weight quantization: fp8, int8 (W8A8), int4 (W4A16), awq or gptq (4-bit). Defaults to none (16-bit).",
+    checkpoint_format: CheckpointFormat | None = Field(
+        None,
+        description="How the checkpoint stores its weights (its config.json's quantization_config), for a model "
+        "given by `architecture`. Defaults to the model catalog's entry for `model`, else 16-bit.",
+    )
+    quantization: Literal["auto", "none", "fp8", "int8", "int4", "awq", "gptq"] = Field(
+        "auto",
+        description="Weight precision to serve: auto (as the checkpoint stores it); fp8 (an FP8 checkpoint, or a "
+        "16-bit one quantized to FP8 by vLLM at load); or a statement the checkpoint must match: none (16-bit), "
+        "awq, gptq, int4 (AWQ, GPTQ or W4A16 4-bit), int8 (W8A8 or GPTQ 8-bit). Defaults to auto.",
     )
     dtype: Literal["bfloat16", "float16"] = Field("bfloat16", description="Activation dtype. Defaults to bfloat16.")
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
@@ -453,6 +514,14 @@ class ModelServiceSpec(Model):
         if facts is None:
             raise KeyError(f"{self.model!r} has no architecture")
         return ModelArchitecture(**facts)
+
+    @property
+    def stored_format(self) -> CheckpointFormat:
+        """How the checkpoint stores its weights: the spec's, else the catalog's, else 16-bit."""
+        if self.checkpoint_format is not None:
+            return self.checkpoint_format
+        stored = catalog_checkpoint_format(self.model)
+        return SIXTEEN_BIT if stored is None else CheckpointFormat(**stored)
 
 
 # ----------------------------------------------------------------------------------------------- workers

@@ -1,0 +1,161 @@
+"""Weight precision: what a checkpoint stores, what a service asks vLLM to run, and what that implies.
+
+A checkpoint's stored format is a fact about its files (`ModelServiceSpec.stored_format`); the
+service's `quantization` is a request that must be compatible with it. vLLM 0.33 decides from the
+checkpoint's own `quantization_config` (vllm/config/model.py `_verify_quantization`):
+
+- a pre-quantized checkpoint needs no `--quantization`: vLLM reads the method from its config and, for
+  AWQ and GPTQ, picks the Marlin kernel itself when the GPU and group size allow it
+  (quantization/auto_awq.py, auto_gptq.py `get_quant_method`); a different `--quantization` is
+  refused ("Quantization method specified in the model config (...) does not match ...");
+- a 16-bit checkpoint can only be quantized online to FP8 here (`--quantization fp8_per_tensor`; plain
+  `fp8` still works but is deprecated for online use, model_loader/weight_utils.py `get_quant_config`);
+  `awq`, `gptq` and compressed-tensors need the checkpoint's own config and fail at startup with
+  "Cannot find the config file for ...";
+- without FP8 tensor cores (compute capability below 8.9: A10G, A100) FP8 runs as weight-only FP8
+  Marlin (W8A16): the weights still take one byte each, the matmuls run at the 16-bit rate
+  (quantization/online/fp8.py, kernels/linear `_POSSIBLE_FP8_KERNELS`, compressed_tensors.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferstack.catalog import Gpu
+from inferstack.catalog.models import CHECKPOINTS, base_model, checkpoints_of
+from inferstack.spec.models import CheckpointFormat, ModelServiceSpec
+
+# What vLLM 0.33 holds on the GPU after `--quantization fp8_per_tensor` on a 16-bit checkpoint:
+# FP8 weights with one scale per tensor, activations quantized per token at run time.
+ONLINE_FP8 = CheckpointFormat(quant_method="fp8", weight_bits=8, weight_type="float", activation_bits=8)
+ONLINE_FP8_ARGUMENT = "fp8_per_tensor"
+
+
+def describe(stored: CheckpointFormat) -> str:
+    """A short name for a stored format, e.g. 'AWQ 4-bit group-128', 'compressed-tensors W8A8 INT8'."""
+    if stored.weight_bits == 16:
+        return "16-bit"
+    group = f" group-{stored.group_size}" if stored.group_size else ""
+    if stored.quant_method == "compressed-tensors":
+        if stored.weight_type == "float":
+            return "compressed-tensors FP8 (W8A8)"
+        scheme = f"W{stored.weight_bits}A{stored.activation_bits}"
+        return f"compressed-tensors {scheme} INT{stored.weight_bits}{group}"
+    if stored.quant_method == "fp8":
+        return "FP8"
+    return f"{stored.quant_method.upper()} {stored.weight_bits}-bit{group}"
+
+
+def satisfies(stored: CheckpointFormat, request: str) -> bool:
+    """Whether a checkpoint stored this way is served as `request` without online quantization."""
+    if request == "auto":
+        return True
+    if request == "none":
+        return stored.weight_bits == 16
+    if request == "fp8":
+        return stored.weight_bits == 8 and stored.weight_type == "float"
+    if request in ("awq", "gptq"):
+        return stored.quant_method == request
+    bits = {"int4": 4, "int8": 8}[request]
+    return stored.weight_type == "int" and stored.weight_bits == bits
+
+
+def is_online(model: ModelServiceSpec) -> bool:
+    """A 16-bit checkpoint that vLLM quantizes to FP8 while loading it."""
+    return model.quantization == "fp8" and model.stored_format.weight_bits == 16
+
+
+def served_format(model: ModelServiceSpec) -> CheckpointFormat:
+    """What the GPU holds: the stored format, or FP8 when vLLM quantizes a 16-bit checkpoint online."""
+    return ONLINE_FP8 if is_online(model) else model.stored_format
+
+
+def vllm_quantization(model: ModelServiceSpec) -> str | None:
+    """The `--quantization` value: only for online FP8; a pre-quantized checkpoint declares its own method."""
+    return ONLINE_FP8_ARGUMENT if is_online(model) else None
+
+
+def kernel(model: ModelServiceSpec, gpu: Gpu) -> str:
+    """The kernel family vLLM 0.33 picks for the served format on this GPU, and what it implies."""
+    served = served_format(model)
+    if served.weight_bits == 16:
+        return "16-bit weights and matmuls"
+    if served.weight_type == "float":
+        how = "quantized online at load" if is_online(model) else "as stored"
+        if gpu.fp8:  # the GPU catalog's FP8 hardware flag (compute capability 8.9 and newer)
+            return f"FP8 W8A8 on FP8 tensor cores ({how})"
+        return (
+            f"weight-only FP8 Marlin (W8A16, {how}): {gpu.name} has no FP8 tensor cores, so weights take 1 byte "
+            "each but matmuls run at the 16-bit rate"
+        )
+    if served.activation_bits == 8:
+        return "INT8 W8A8 (CUTLASS scaled-mm)"
+    return f"{served.weight_bits}-bit weight-only Marlin (W{served.weight_bits}A16)"
+
+
+# ----------------------------------------------------------------------------------------- requests
+
+
+CHECKPOINT_KIND = {
+    "none": "a 16-bit", "fp8": "an FP8", "awq": "an AWQ", "gptq": "a GPTQ",
+    "int4": "a 4-bit integer (AWQ, GPTQ or W4A16)", "int8": "an 8-bit integer (W8A8)",
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why vLLM would refuse the request, and a fix that names a real checkpoint or setting."""
+
+    problem: str
+    fix: str
+
+
+def _checkpoints_satisfying(model: ModelServiceSpec, request: str) -> list[str]:
+    return [
+        name for name in checkpoints_of(model.model)
+        if satisfies(CheckpointFormat(**CHECKPOINTS[name]["format"]), request)
+    ]
+
+
+def refusal(model: ModelServiceSpec) -> Refusal | None:
+    """None when vLLM 0.33 serves this checkpoint as requested, else what it would say and what to do."""
+    stored = model.stored_format
+    request = model.quantization
+    if satisfies(stored, request) or is_online(model):
+        return None
+    stored_name = describe(stored)
+    base = base_model(model.model)
+    if stored.weight_bits == 16 and request in ("awq", "gptq"):
+        problem = (
+            f"{model.model} is a 16-bit checkpoint and vLLM reads {request} weights only from a checkpoint stored "
+            f"that way: it would stop at startup (\"Cannot find the config file for {request}\")"
+        )
+    elif stored.weight_bits == 16:
+        problem = (
+            f"{model.model} is a 16-bit checkpoint; vLLM reads {request} weights only from a checkpoint stored that "
+            "way (online it quantizes dense layers to FP8 only)"
+        )
+    elif request == "none":
+        problem = f"{model.model} stores {stored_name} weights; vLLM serves a pre-quantized checkpoint as stored"
+    else:
+        problem = (
+            f"{model.model} stores {stored_name} weights; vLLM refuses another method (\"Quantization method "
+            f"specified in the model config ({stored.quant_method}) does not match the quantization method "
+            f"specified in the `quantization` argument ({request})\")"
+        )
+    fixes = []
+    if stored.weight_bits != 16:
+        fixes.append(f"set quantization 'auto' to serve it as stored ({stored_name})")
+    matching = _checkpoints_satisfying(model, request)
+    if matching:
+        fixes.append(f"use {CHECKPOINT_KIND[request]} checkpoint of the model such as {matching[0]!r} from the catalog")
+    if stored.weight_bits == 16:
+        fixes.append("set quantization 'fp8' (quantized online by vLLM at load)")
+        if not matching:
+            fixes.append(
+                f"point model at a checkpoint stored as {request} (with checkpoint_format when it is not in the catalog)"
+            )
+    elif base != model.model and request in ("none", "fp8"):
+        online = " with quantization 'fp8' (online)" if request == "fp8" else ""
+        fixes.append(f"use the 16-bit base model {base!r}{online}")
+    return Refusal(problem, "; or ".join(fixes))
