@@ -10,6 +10,8 @@ CAPACITY_LABEL = f"{LABEL_PREFIX}/capacity"           # node label: on-demand | 
 GPU_LABEL = f"{LABEL_PREFIX}/gpu"                     # node label: catalog GPU name, e.g. H100
 SHARING_LABEL = f"{LABEL_PREFIX}/gpu-sharing"         # node label: none | mig | time_slicing | mps
 TIER_LABEL = f"{LABEL_PREFIX}/tier"                   # workload label: online | standard | batch (policies read it)
+# Pod annotation: the spec states the (uncatalogued) vLLM image carries libfabric + aws-ofi-nccl (policies read it).
+IMAGE_PROVIDES_EFA_ANNOTATION = f"{LABEL_PREFIX}/image-provides-efa"
 EKS_CAPACITY_LABEL = "eks.amazonaws.com/capacityType"  # set by EKS: ON_DEMAND | SPOT | CAPACITY_BLOCK
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"             # selects the mig-parted config for a node
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # selects the device-plugin sharing config

@@ -305,6 +305,9 @@ def time_to_serving(
 # ----------------------------------------------------------------------------------------------- the rule
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# The endpoint picker's flag naming the InferencePool it serves (llm-d/llm-d-router v0.10.0 cmd/epp/runner);
+# its health is that pool having synced (cmd/epp/runner/health.go).
+POOL_NAME_FLAG = "--pool-name"
 # EKS add-ons that are DaemonSets every node needs from its first boot (the rest run as Deployments).
 NODE_ADDONS = frozenset({"vpc-cni", "kube-proxy", "eks-pod-identity-agent"})
 # API group -> what installs its CRDs: a Helm chart, or the repository of a released manifest.
@@ -416,6 +419,15 @@ def references(inputs: Any, namespace: str | None) -> set[Ref]:
     return found
 
 
+def _flag_values(inputs: Any, flag: str) -> set[str]:
+    """Values given to a command-line flag in any container's args of the object."""
+    found: set[str] = set()
+    for key, value in _walk(inputs):
+        if key == "args" and isinstance(value, list):
+            found.update(str(b) for a, b in zip(value, value[1:]) if a == flag)
+    return found
+
+
 def _taints(resource: Resource) -> list[Any]:
     return list((resource.get("inputs") or {}).get("taints") or [])
 
@@ -427,7 +439,9 @@ class DependencyRule:
     it is registered under it (parent) or created through it (provider); its inputs carry the
     dependency's outputs; it lives in its namespace; its kind's CRD comes from it; Kueue's webhook must
     see it; it names it (a pod's ConfigMaps, Secrets, claims and service account, a binding's role and
-    subjects, a route's gateway and pool, a scaler's target, a Service it connects to); its pods get
+    subjects, a route's gateway and pool, a scaler's target, a Service it connects to, the InferencePool
+    an endpoint picker watches); its pods run as a service account the dependency (a RoleBinding) grants
+    to, since they call the API from start-up; its pods get
     AWS credentials from a Pod Identity association (injected only into pods created after it); it is
     a node group and the dependency is its cluster, role, policies, launch template, subnets or node
     add-ons; or the dependency gives its pods the nodes they run on. Anything else is needless.
@@ -474,6 +488,10 @@ class DependencyRule:
             return "its controller creates the GatewayClass it names"
         if target is not None and target[3] is not None and self._names(dependent, target):
             return f"names this {target[1]}"
+        if target is not None and target[1] == "RoleBinding" and self._bound(dependent, dependency, namespace):
+            return "its pods call the Kubernetes API with this binding's permissions from start-up"
+        if target is not None and target[1] == "InferencePool" and target[3] in _flag_values(inputs, POOL_NAME_FLAG):
+            return "the endpoint picker is live only once the InferencePool it watches has synced"
         if dependency["type"] == "aws:eks/podIdentityAssociation:PodIdentityAssociation" and self._identity(
             dependent, dependency.get("inputs") or {}
         ):
@@ -492,6 +510,15 @@ class DependencyRule:
             return False
         return kind in ("Release", "Chart") or ("ServiceAccount", association.get("serviceAccount"), namespace) in (
             references(dependent.get("inputs") or {}, namespace)
+        )
+
+    def _bound(self, dependent: Resource, binding: Resource, namespace: str | None) -> bool:
+        """Whether a RoleBinding grants to the service account the dependent's pods run as."""
+        accounts = {(n, ns) for kind, n, ns in references(dependent.get("inputs") or {}, namespace) if kind == "ServiceAccount"}
+        subjects = (binding.get("inputs") or {}).get("subjects") or []
+        return any(
+            isinstance(s, dict) and s.get("kind") == "ServiceAccount" and (s.get("name"), s.get("namespace") or namespace) in accounts
+            for s in subjects
         )
 
     def _queued(self, dependent: Resource) -> bool:

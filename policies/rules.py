@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, Policy
 
+from inferstack.policies.autoscaler_templates import autoscaler_node_templates
 from inferstack.policies.budget import budget_at_max_scale
 from inferstack.policies.capacity import batch_on_spot, serving_on_demand_baseline
+from inferstack.policies.controller_names import controller_created_names
+from inferstack.policies.efa_image import efa_capable_image
 from inferstack.policies.gpu_requests import gpu_requests_advertised
 from inferstack.policies.iam import iam_least_privilege
 from inferstack.policies.kueue_quotas import kueue_quotas_within_pools
@@ -35,7 +38,9 @@ POLICIES: list[Policy] = [
     helm_releases_pinned,
     serving_on_demand_baseline,
     gpu_requests_advertised,
+    autoscaler_node_templates,
     efa_placement_and_security_group,
+    efa_capable_image,
     iam_least_privilege,
     s3_buckets_private_encrypted,
     no_literal_secrets,
@@ -43,6 +48,7 @@ POLICIES: list[Policy] = [
     keda_scaling_bounds,
     vllm_probes_and_requests,
     vllm_disruption_budget,
+    controller_created_names,
     kueue_quotas_within_pools,
     budget_at_max_scale,
     vllm_prefix_caching,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from inferstack import conventions
@@ -53,6 +53,7 @@ class PodTemplate:
     labels: Mapping[str, str]
     spec: Mapping[str, Any]
     copies: int               # pods of this template per replica (LWS: 1 leader, size-1 workers)
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     def containers(self, init: bool = True) -> list[Mapping[str, Any]]:
         found = [mapping(c) for c in items(self.spec.get("containers"))]
@@ -163,7 +164,12 @@ def _parse_workload(resource_type: str, props: Mapping[str, Any], resource_name:
         spec = mapping(template.get("spec"))
         if not spec:
             return None
-        templates = (PodTemplate("pod", string_map(dig(template, "metadata", "labels")), spec, 1),)
+        templates = (
+            PodTemplate(
+                "pod", string_map(dig(template, "metadata", "labels")), spec, 1,
+                string_map(dig(template, "metadata", "annotations")),
+            ),
+        )
     else:
         return None
     if not templates:
@@ -180,7 +186,7 @@ def _lws_templates(props: Mapping[str, Any], name: str) -> tuple[PodTemplate, ..
 
     def template(role: str, raw: Mapping[str, Any], copies: int) -> PodTemplate:
         labels = {**string_map(dig(raw, "metadata", "labels")), **set_label}
-        return PodTemplate(role, labels, mapping(raw.get("spec")), copies)
+        return PodTemplate(role, labels, mapping(raw.get("spec")), copies, string_map(dig(raw, "metadata", "annotations")))
 
     if not mapping(worker.get("spec")):
         return ()

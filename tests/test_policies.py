@@ -204,6 +204,16 @@ def test_gpu_requests_must_name_a_resource_the_pool_advertises(tmp_path, capsys)
     assert "prod-a100-mig-on-demand: nvidia.com/mig-1g.10gb=16, nvidia.com/mig-2g.20gb=8, nvidia.com/mig-3g.40gb=8 per node" in text
 
 
+def test_a_group_at_zero_needs_its_autoscaler_template_tags(tmp_path, capsys):
+    """More cases, and the cluster-autoscaler rule itself, in tests/test_autoscaler_templates.py."""
+    resources = [r for r in rendered() if not r["name"].startswith("prod-l40s-batch-spot-")]
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "autoscaler-node-templates" in failing(report)
+    assert "prod-l40s-batch-spot (pool l40s-batch, SPOT, 0-8 nodes) can be at zero nodes" in messages(
+        report, "autoscaler-node-templates"
+    )
+
+
 def test_gpu_requests_follow_the_gpu_operator_config_not_the_spec(tmp_path, capsys):
     """A node label naming a MIG config the operator does not define leaves the pool advertising nothing."""
     resources = rendered()
@@ -385,13 +395,13 @@ def test_keda_never_scales_an_online_service_to_zero(tmp_path, capsys):
 
 def test_vllm_needs_probes_and_requests(tmp_path, capsys):
     resources = rendered()
-    leader = containers(find(resources, "LeaderWorkerSet", "llama-70b-long"))[0]
+    leader = containers(find(resources, "LeaderWorkerSet", "llama-70b-long-group"))[0]
     del leader["startupProbe"]
     del leader["resources"]["requests"]["memory"], leader["resources"]["limits"]["memory"]
     code, report = check(resources, tmp_path, capsys)
     assert code == 1 and failing(report) == {"vllm-probes-and-requests"}
     text = messages(report, "vllm-probes-and-requests")
-    assert "LeaderWorkerSet inference/llama-70b-long container 'vllm' (leader) has no startupProbe. To fix:" in text
+    assert "LeaderWorkerSet inference/llama-70b-long-group container 'vllm' (leader) has no startupProbe. To fix:" in text
     assert "container 'vllm' (leader) requests no memory. To fix: set resources.requests.memory" in text
 
 
@@ -400,10 +410,51 @@ def test_vllm_needs_a_disruption_budget(tmp_path, capsys):
     resources.remove(find(resources, "PodDisruptionBudget", "llama-70b-long"))
     code, report = check(resources, tmp_path, capsys)
     assert code == 1 and failing(report) == {"vllm-disruption-budget"}
-    assert "LeaderWorkerSet inference/llama-70b-long has no PodDisruptionBudget selecting its pods" in messages(
+    assert "LeaderWorkerSet inference/llama-70b-long-group has no PodDisruptionBudget selecting its pods" in messages(
         report, "vllm-disruption-budget"
     )
 
+
+
+def test_efa_pods_on_an_image_without_the_efa_stack_fail(tmp_path, capsys):
+    """vLLM v0.33.0's stock image has no libfabric / aws-ofi-nccl (docker/Dockerfile; its EFA build is
+    docker/Dockerfile.efa): NCCL would silently use TCP sockets while the pods hold the EFA devices."""
+    resources = rendered()
+    lws = find(resources, "LeaderWorkerSet", "llama-70b-long-group")["inputs"]["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        lws[role]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.33.0"
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "efa-capable-image" in failing(report)
+    assert (
+        "LeaderWorkerSet inference/llama-70b-long-group container 'vllm' (leader) requests vpc.amazonaws.com/efa but "
+        "its image 'vllm/vllm-openai:v0.33.0' is not known to carry libfabric and the aws-ofi-nccl plugin"
+        in messages(report, "efa-capable-image")
+    )
+    for role in ("leaderTemplate", "workerTemplate"):
+        lws[role]["metadata"]["annotations"] = {"inferstack.dev/image-provides-efa": "true"}
+    code, report = check(resources, tmp_path, capsys)
+    assert "efa-capable-image" not in failing(report)
+
+
+def test_a_service_named_like_a_leaderworkerset_fails_the_controller_names_rule(tmp_path, capsys):
+    """The LWS controller creates its headless Service only under a free name (kubernetes-sigs/lws v0.10.0
+    pkg/utils/controller/controller_utils.go CreateHeadlessServiceIfNotExists): a Service of ours under the
+    LWS's name, as the program once registered, leaves the workers without a leader address."""
+    resources = rendered()
+    find(resources, "LeaderWorkerSet", "llama-70b-long-group")["inputs"]["metadata"]["name"] = "llama-70b-long"
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "controller-created-names" in failing(report)
+    assert (
+        "Service inference/llama-70b-long takes the name of the headless Service the LeaderWorkerSet controller "
+        "creates for LeaderWorkerSet inference/llama-70b-long" in messages(report, "controller-created-names")
+    )
+
+    resources = rendered()
+    lws = find(resources, "LeaderWorkerSet", "llama-70b-long-group")["inputs"]
+    lws["spec"]["networkConfig"] = {"subdomainPolicy": "UniquePerReplica"}
+    find(resources, "Service", "llama-70b-long")["inputs"]["metadata"]["name"] = "llama-70b-long-group-0"
+    code, report = check(resources, tmp_path, capsys)
+    assert "Service inference/llama-70b-long-group-0 takes the name" in messages(report, "controller-created-names")
 
 def test_kueue_quota_above_the_flavor_capacity_fails(tmp_path, capsys):
     resources = rendered()

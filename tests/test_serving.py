@@ -82,6 +82,11 @@ def vllm_workloads(objects):
     ]
 
 
+def service_of(workload):
+    """The model service a vLLM workload serves: its name label (an LWS is named `<service>-group`)."""
+    return workload["metadata"]["labels"]["app.kubernetes.io/name"]
+
+
 def group_pods(workload):
     """(pod template, pod count) per template of one replica: a Deployment pod, or an LWS leader and its workers."""
     if workload["kind"] == "Deployment":
@@ -124,14 +129,14 @@ def test_components_parent_their_children(prod_render):
 def test_prod_has_the_promised_mix_of_vllm_workloads(prod_render):
     workloads = vllm_workloads(prod_render[1])
     assert len(workloads) >= 3
-    args = {w["metadata"]["name"]: container(group_pods(w)[0][0])["args"] for w in workloads}
+    args = {service_of(w): container(group_pods(w)[0][0])["args"] for w in workloads}
     # prod's quantized services use pre-quantized checkpoints: vLLM reads their method, none is passed.
     assert not any("--quantization" in a for a in args.values())
     assert any(flag(a, "--kv-cache-dtype") == "fp8" for a in args.values())
     assert any(
         any(k.startswith("nvidia.com/mig-") for k in container(group_pods(w)[0][0])["resources"]["requests"]) for w in workloads
     )
-    assert [w["metadata"]["name"] for w in workloads if w["kind"] == "LeaderWorkerSet"] == ["llama-70b-long"]
+    assert [w["metadata"]["name"] for w in workloads if w["kind"] == "LeaderWorkerSet"] == ["llama-70b-long-group"]
 
 
 def test_parallelism_equals_the_gpus_each_replica_requests(prod_render, dev_render):
@@ -167,7 +172,7 @@ def test_pods_land_on_their_pool_and_start_from_the_nvme_cache(prod, prod_render
     objects = prod_render[1]
     config_maps = {o["metadata"]["name"]: o for o in of_kind(objects, "ConfigMap")}
     for workload in vllm_workloads(objects):
-        model = prod.model_service(workload["metadata"]["name"])
+        model = prod.model_service(service_of(workload))
         for template, _ in group_pods(workload):
             spec = template["spec"]
             assert spec["nodeSelector"] == {"inferstack.dev/pool": model.pool}
@@ -184,7 +189,7 @@ def test_pods_land_on_their_pool_and_start_from_the_nvme_cache(prod, prod_render
 
 def test_probes_and_drain_fit_model_load_and_spot_notice(prod, prod_render):
     for workload in vllm_workloads(prod_render[1]):
-        model = prod.model_service(workload["metadata"]["name"])
+        model = prod.model_service(service_of(workload))
         template = group_pods(workload)[0][0]
         vllm = container(template)
         startup = vllm["startupProbe"]
@@ -220,7 +225,7 @@ def test_hugging_face_token_comes_from_a_secret(prod_render):
 
 def test_workloads_join_the_serving_queue_at_their_tier(prod, prod_render):
     for workload in vllm_workloads(prod_render[1]):
-        model = prod.model_service(workload["metadata"]["name"])
+        model = prod.model_service(service_of(workload))
         for labels in [workload["metadata"]["labels"], *[t["metadata"]["labels"] for t, _ in group_pods(workload)]]:
             assert labels["kueue.x-k8s.io/queue-name"] == "serving"
             assert labels["kueue.x-k8s.io/priority-class"] == model.tier
@@ -232,7 +237,7 @@ def test_every_workload_has_a_pdb_and_a_service(prod_render):
     pdbs = {o["metadata"]["name"]: o for o in of_kind(objects, "PodDisruptionBudget")}
     services = {o["metadata"]["name"]: o for o in of_kind(objects, "Service")}
     for workload in vllm_workloads(objects):
-        name = workload["metadata"]["name"]
+        name = service_of(workload)
         selector = pdbs[name]["spec"]["selector"]["matchLabels"]
         assert pdbs[name]["spec"]["maxUnavailable"] == 1
         for template, _ in group_pods(workload):
@@ -263,7 +268,7 @@ def test_every_pool_selects_its_serving_pods_and_a_route_reaches_it(prod_render)
     pools = of_kind(objects, "InferencePool")
     routes = of_kind(objects, "HTTPRoute")
     services = {o["metadata"]["name"]: o for o in of_kind(objects, "Service")}
-    workloads = {w["metadata"]["name"]: w for w in vllm_workloads(objects)}
+    workloads = {service_of(w): w for w in vllm_workloads(objects)}
     assert sorted(p["metadata"]["name"] for p in pools) == sorted(workloads)
     for pool in pools:
         name = pool["metadata"]["name"]
@@ -377,7 +382,7 @@ def test_every_scaled_object_targets_a_rendered_workload_and_reads_a_serving_met
 def test_scalers_follow_the_spec_and_never_outpace_model_load(prod, prod_render):
     scaled = {o["metadata"]["name"]: o["spec"] for o in of_kind(prod_render[1], "ScaledObject")}
     long = scaled["llama-70b-long"]
-    assert long["scaleTargetRef"] == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "llama-70b-long"}
+    assert long["scaleTargetRef"] == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "llama-70b-long-group"}
     assert long["triggers"][0]["metadata"]["query"] == 'avg(vllm:kv_cache_usage_perc{namespace="inference",model_name="llama-70b-long"})'
     assert long["triggers"][0]["metricType"] == "Value" and long["triggers"][0]["metadata"]["threshold"] == "0.8"
     queue = scaled["llama-70b"]["triggers"][0]

@@ -8,6 +8,10 @@ from rich.console import Console
 from rich.table import Table
 
 
+# How a replica's GPUs talk (inferstack.serving.transport), short enough for a table column.
+TRANSPORT_LABELS = {"in-node": "node", "efa": "EFA", "tcp": "TCP"}
+
+
 def _usd(value: float | None) -> str:
     return "n/a" if value is None else f"${value:,.2f}"
 
@@ -69,7 +73,7 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
 
     if plan["placements"]:
         placements = Table(title="Model placements (per replica)", title_justify="left")
-        for column in ("model", "pool", "devices", "replicas", "weights GiB", "KV cache GiB", "memory GiB", "context x seqs", "fits"):
+        for column in ("model", "pool", "devices", "replicas", "weights GiB", "KV cache GiB", "memory GiB", "context x seqs", "links", "fits"):
             placements.add_column(column)
         for row in plan["placements"]:
             placements.add_row(
@@ -81,6 +85,7 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
                 f"{row['kv_cache_gib']:.1f}",
                 f"{row['memory_gib']:.1f}",
                 f"{row['max_model_len']} x {row['max_concurrency_at_full_length']}",
+                TRANSPORT_LABELS[row["transport"]],
                 "yes" if row["fits"] else "[red]NO[/red]",
             )
         console.print(placements)
@@ -91,6 +96,9 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
                 f"  {row['model']}: {weights['stored']} checkpoint ({weights['download_gib']:.1f} GiB to download), "
                 f"held {held}: {weights['kernel']}"
             )
+        for row in plan["placements"]:
+            if row["transport"] != "in-node":
+                console.print(f"  {row['model']}: between its nodes, {row['transport_detail']}")
 
     totals = plan["totals"]
     spot = plan["node_pools"][0]["spot_discount"] if plan["node_pools"] else 0

@@ -11,6 +11,8 @@ from typing import Any
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.cost import nodes_at, stack_costs
 from inferstack.engine.recorder import Recording
+from inferstack.serving import names
+from inferstack.serving.transport import transport
 from inferstack.sizing import GIB, fit
 from inferstack.spec import StackSpec
 from inferstack.spec.pools import PoolHardware
@@ -106,6 +108,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
     for model in spec.models:
         hardware = PoolHardware(spec.pool(model.pool))
         result = fit(model, hardware)
+        route = transport(model, hardware)
         rows.append(
             {
                 "model": model.name,
@@ -122,6 +125,9 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "max_model_len": model.max_model_len,
                 "max_concurrency_at_full_length": result.max_concurrency,
                 "fits": result.fits,
+                "image": route.image,
+                "transport": route.kind,
+                "transport_detail": route.describe(),
             }
         )
     return rows
@@ -223,7 +229,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     }
     targets, runtime, replicas = {}, [], {}
     for model in spec.models:
-        target = workloads.get((spec.serving_namespace, model.name))
+        target = workloads.get((spec.serving_namespace, names.workload(model)))
         if target is None:
             continue
         pool = spec.pool(model.pool)
@@ -231,7 +237,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         waits = [*pool_groups[model.pool], by_chart.get(GPU_OPERATOR), *readers]
         waits += [by_chart.get(EFA_PLUGIN)] if PoolHardware(pool).efa_interfaces else []
         waits += [by_chart.get(CLUSTER_AUTOSCALER)] if scale_up else []
-        waits += [scalers.get(model.name)] if model.autoscaling.min_replicas == 0 else []
+        waits += [scalers.get(names.workload(model))] if model.autoscaling.min_replicas == 0 else []
         # The first replica is its own node of the graph: it follows the workload's creation and those waits.
         replica = f"{model.name}: first ready replica"
         resources.append({"type": REPLICA_TYPE, "name": replica, "custom": True, "parent": None, "depends_on": [],
@@ -274,7 +280,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         models.append(
             {
                 "model": timing.model,
-                "workload": workloads[(spec.serving_namespace, timing.model)],
+                "workload": workloads[(spec.serving_namespace, names.workload(model))],
                 "seconds": round(timing.program.seconds, 1),
                 "lower_bound_seconds": round(timing.lower_bound.seconds, 1),
                 "critical_path": chain(timing.program),

@@ -23,6 +23,7 @@ from pulumi_kubernetes.helm.v3 import Release
 from inferstack.catalog.charts import chart
 from inferstack.conventions import MANAGED_BY
 from inferstack.helm import helm_release
+from inferstack.serving import names
 from inferstack.serving.pods import ROLE_LABEL
 from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import ObservabilitySpec
@@ -222,23 +223,23 @@ class Metrics(pulumi.ComponentResource):
         interval = observability.scrape_interval_seconds
         self.pod_monitors = [
             monitoring(
-                "PodMonitor", "vllm", pod_monitor(VLLM_COMPONENT, VLLM_METRICS_PORT, interval, NO_METRICS_ROLES)
+                "PodMonitor", names.VLLM_POD_MONITOR, pod_monitor(VLLM_COMPONENT, VLLM_METRICS_PORT, interval, NO_METRICS_ROLES)
             ),
             monitoring(
                 "PodMonitor",
-                "endpoint-picker",
+                names.EPP_POD_MONITOR,
                 pod_monitor(ENDPOINT_PICKER_COMPONENT, ENDPOINT_PICKER_METRICS_PORT, interval),
             ),
         ]
         self.alert_rules = None
         if observability.alerts:
-            self.alert_rules = monitoring("PrometheusRule", "inferstack-serving", alert_rules(observability))
+            self.alert_rules = monitoring("PrometheusRule", names.SERVING_ALERTS, alert_rules(observability))
         self.dashboard = None
         if observability.dashboards:
             self.dashboard = ConfigMap(
                 f"{name}-dashboard",
                 metadata={
-                    "name": "inferstack-serving-dashboard",
+                    "name": names.SERVING_DASHBOARD,
                     "namespace": namespace,
                     "labels": {**MANAGED_BY, DASHBOARD_LABEL: "1"},
                 },

@@ -36,7 +36,7 @@ from pulumi_kubernetes.yaml.v2 import ConfigFile
 
 from inferstack.catalog.charts import MANIFESTS, chart
 from inferstack.helm import helm_release
-from inferstack.serving import pods
+from inferstack.serving import names, pods
 from inferstack.serving.model_service import pool_selector
 from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import ModelServiceSpec, StackSpec
@@ -66,10 +66,6 @@ INTERNAL_LOAD_BALANCER = {
 }
 
 
-def epp_name(model: ModelServiceSpec) -> str:
-    return f"{model.name}-epp"
-
-
 @cache  # the same text for every model: dump it once
 def picker_config(prefix_cache: bool) -> str:
     """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on.
@@ -92,7 +88,7 @@ def picker_config(prefix_cache: bool) -> str:
 
 def picker_args(spec: StackSpec, model: ModelServiceSpec) -> list[str]:
     args = [
-        "--pool-name", model.name,
+        "--pool-name", names.model_service(model),
         "--pool-namespace", spec.serving_namespace,
         "--pool-group", INFERENCE_GROUP,
         "--config-file", f"/config/{EPP_CONFIG_FILE}",
@@ -114,7 +110,7 @@ def picker_pod_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
         return {"grpc": {"port": EPP_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": period}
 
     return {
-        "serviceAccountName": epp_name(model),
+        "serviceAccountName": names.endpoint_picker(model),
         "terminationGracePeriodSeconds": 130,  # drains in-flight ext-proc streams
         "securityContext": {**pods.POD_SECURITY, "runAsNonRoot": True, "runAsUser": EPP_UID, "runAsGroup": EPP_UID},
         "containers": [
@@ -138,7 +134,7 @@ def picker_pod_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
                 "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
             }
         ],
-        "volumes": [{"name": "config", "configMap": {"name": epp_name(model)}}],
+        "volumes": [{"name": "config", "configMap": {"name": names.endpoint_picker(model)}}],
     }
 
 
@@ -149,7 +145,7 @@ def inference_pool_spec(model: ModelServiceSpec) -> dict[str, Any]:
         "appProtocol": "http",
         # Without a picker the gateway still spreads requests over the pool's pods.
         "endpointPickerRef": {
-            "name": epp_name(model),
+            "name": names.endpoint_picker(model),
             "kind": "Service",
             "port": {"number": EPP_EXT_PROC_PORT},
             "failureMode": "FailOpen",
@@ -168,7 +164,7 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
                         "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model.name}],
                     }
                 ],
-                "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": model.name}],
+                "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.model_service(model)}],
                 "timeouts": {"request": f"{spec.gateway.request_timeout_seconds}s"},
             }
         ],
@@ -191,7 +187,7 @@ class ModelRoute(pulumi.ComponentResource):
         super().__init__("inferstack:serving:ModelRoute", name, None, opts)
         spec, model = args.spec, args.model
         namespace = spec.serving_namespace
-        picker = epp_name(model)
+        picker = names.endpoint_picker(model)
         labels = pods.object_labels(picker, EPP_COMPONENT)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
 
@@ -212,7 +208,7 @@ class ModelRoute(pulumi.ComponentResource):
             ],
             opts=child,
         )
-        RoleBinding(
+        binding = RoleBinding(
             f"{name}-epp-rolebinding",
             metadata={"name": picker, "namespace": namespace, "labels": labels},
             subjects=[{"kind": "ServiceAccount", "name": picker, "namespace": namespace}],
@@ -224,18 +220,6 @@ class ModelRoute(pulumi.ComponentResource):
             metadata={"name": picker, "namespace": namespace, "labels": labels},
             data={EPP_CONFIG_FILE: picker_config(spec.gateway.prefix_cache_routing)},
             opts=child,
-        )
-        Deployment(
-            f"{name}-epp",
-            metadata={"name": picker, "namespace": namespace, "labels": labels},
-            spec={
-                "replicas": 1,
-                # One active picker keeps the prefix-cache index whole; the old one goes before the new starts.
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": pods.selector_labels(picker, EPP_COMPONENT)},
-                "template": {"metadata": {"labels": labels}, "spec": picker_pod_spec(spec, model)},
-            },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, config, self.service_account]),
         )
         Service(
             f"{name}-epp-service",
@@ -254,17 +238,34 @@ class ModelRoute(pulumi.ComponentResource):
             f"{name}-pool",
             api_version=INFERENCE_POOL_API_VERSION,
             kind="InferencePool",
-            metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
+            metadata={"name": names.model_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=inference_pool_spec(model),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[INFERENCE_GROUP]]),
+        )
+        Deployment(
+            f"{name}-epp",
+            metadata={"name": picker, "namespace": namespace, "labels": labels},
+            spec={
+                "replicas": 1,
+                # One active picker keeps the prefix-cache index whole; the old one goes before the new starts.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": pods.selector_labels(picker, EPP_COMPONENT)},
+                "template": {"metadata": {"labels": labels}, "spec": picker_pod_spec(spec, model)},
+            },
+            # The picker's gRPC health (liveness and readiness alike without leader election) is "my
+            # InferencePool has synced", so it follows the pool and the RBAC that lets it read it:
+            # started before them, it fails its probes and the kubelet restarts it.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*args.depends_on, config, self.service_account, binding, self.pool]
+            ),
         )
         CustomResource(
             f"{name}-objective",
             api_version=OBJECTIVE_API_VERSION,
             kind="InferenceObjective",
-            metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
+            metadata={"name": names.model_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec={
-                "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": model.name},
+                "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.model_service(model)},
                 "priority": pods.priority_value(spec, model.tier),
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[OBJECTIVE_GROUP], self.pool]),
@@ -273,13 +274,13 @@ class ModelRoute(pulumi.ComponentResource):
             f"{name}-route",
             api_version=GATEWAY_API_VERSION,
             kind="HTTPRoute",
-            metadata={"name": model.name, "namespace": namespace, "labels": pods.object_labels(model.name)},
+            metadata={"name": names.model_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=http_route_spec(spec, model),
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*args.depends_on, args.crds[GATEWAY_GROUP], args.gateway, self.pool]
             ),
         )
-        self.register_outputs({"pool": model.name, "picker": picker})
+        self.register_outputs({"pool": names.model_service(model), "picker": picker})
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 A replica on one node is a Deployment pod; a replica spanning nodes (pipeline_parallel > 1) is a
 LeaderWorkerSet group of `pipeline_parallel` pods, each holding `tensor_parallel` GPUs of its node,
-started with vLLM's multiprocessing executor and restarted as a whole when any pod fails.
+started with vLLM's multiprocessing executor and restarted as a whole when any pod fails. The
+LeaderWorkerSet is named `<service>-group`, apart from the client Service `<service>`, so its
+controller can create the headless Service its workers find the leader through (see `names`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
 
-from inferstack.conventions import MODEL_CACHE_MOUNT, MODEL_READER_SERVICE_ACCOUNT, TIER_LABEL
-from inferstack.serving import pods
+from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, VLLM_IMAGES
+from inferstack.conventions import (
+    IMAGE_PROVIDES_EFA_ANNOTATION,
+    MODEL_CACHE_MOUNT,
+    MODEL_READER_SERVICE_ACCOUNT,
+    TIER_LABEL,
+)
+from inferstack.serving import names, pods
+from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
 from inferstack.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
@@ -67,8 +76,8 @@ def pool_selector(model: ModelServiceSpec) -> dict[str, str]:
 
 def scale_target(model: ModelServiceSpec) -> ScaleTarget:
     if model.pipeline_parallel > 1:
-        return ScaleTarget(LWS_API_VERSION, "LeaderWorkerSet", model.name)
-    return ScaleTarget("apps/v1", "Deployment", model.name)
+        return ScaleTarget(LWS_API_VERSION, "LeaderWorkerSet", names.workload(model))
+    return ScaleTarget("apps/v1", "Deployment", names.workload(model))
 
 
 def startup_failure_threshold(model: ModelServiceSpec) -> int:
@@ -92,16 +101,27 @@ def _probes(model: ModelServiceSpec) -> dict[str, Any]:
     }
 
 
-def _multi_node_env(hardware: PoolHardware) -> list[dict[str, str]]:
-    """NCCL/Gloo bootstrap on the pod's interface; libfabric's EFA provider with GPUDirect RDMA on EFA pools."""
+def _multi_node_env(route: Transport) -> list[dict[str, str]]:
+    """NCCL/Gloo bootstrap on the pod's interface; over EFA, NCCL's aws-ofi-nccl net and tuner plugins
+    (named even where the image sets them, so a team's own image routes the same way) on libfabric's
+    EFA provider with GPUDirect RDMA."""
     env = [{"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"}]
-    if hardware.efa_interfaces:
+    if route.kind == "efa":
+        plugin = (route.efa or VLLM_IMAGES[DEFAULT_EFA_VLLM_IMAGE].efa).env
+        env += [{"name": name, "value": value} for name, value in plugin.items()]
         env += [
             {"name": "FI_PROVIDER", "value": "efa"},
             {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
             {"name": "FI_EFA_FORK_SAFE", "value": "1"},
         ]
     return env
+
+
+def efa_image_annotations(route: Transport) -> dict[str, Any]:
+    """The spec's word that an image the catalog does not list carries the EFA stack, for the policy pack."""
+    if route.kind == "efa" and route.efa is None:
+        return {"annotations": {IMAGE_PROVIDES_EFA_ANNOTATION: "true"}}
+    return {}
 
 
 def efa_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
@@ -118,18 +138,19 @@ def pod_spec(
     """The pod of one replica (single) or of one node of a multi-node replica (leader, worker)."""
     millicores, memory = pods.host_resources(model, hardware)
     extended = {**pods.gpu_requests(model, hardware), **efa_requests(model, hardware)}
-    env = pods.vllm_env(model)
+    route = transport(model, hardware)
+    env = pods.vllm_env(model, route.image)
     if role != "single":
-        env += _multi_node_env(hardware)
+        env += _multi_node_env(route)
     argv = serve_argv(model, hardware, pods.model_path(model), role=role)
     container: dict[str, Any] = {
         "name": "vllm",
-        "image": model.image,
+        "image": route.image,
         "command": argv[:2],
         "args": argv[2:],
         "env": env,
         "resources": pods.resources(millicores, memory, extended),
-        "securityContext": pods.vllm_security_context(),
+        "securityContext": pods.vllm_security_context(route.image),
         "volumeMounts": pods.vllm_mounts(),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
     }
@@ -147,7 +168,7 @@ def pod_spec(
         **pods.placement(hardware, prefer_capacity=pods.preferred_capacity(model.tier), spread_labels=spread),
         "initContainers": [pods.prefetch_init_container(spec.region, millicores, memory)],
         "containers": [container],
-        "volumes": pods.cache_volumes(f"{model.name}-prefetch", memory),
+        "volumes": pods.cache_volumes(names.prefetch_config_map(model.name), memory),
     }
 
 
@@ -181,7 +202,7 @@ class ModelService(pulumi.ComponentResource):
 
         config_map = ConfigMap(
             f"{name}-prefetch",
-            metadata={"name": f"{model.name}-prefetch", "namespace": namespace, "labels": labels},
+            metadata={"name": names.prefetch_config_map(model.name), "namespace": namespace, "labels": labels},
             data={"prefetch.sh": prefetch_script(model, hardware, args.weights_bucket)},
             opts=child,
         )
@@ -193,10 +214,11 @@ class ModelService(pulumi.ComponentResource):
                 depends_on=[config_map, *args.workload_depends_on], ignore_changes=["spec.replicas"] if scaled else None
             ),
         )
-        metadata = {"name": model.name, "namespace": namespace, "labels": {**labels, **queue_labels}}
+        metadata = {"name": names.workload(model), "namespace": namespace, "labels": {**labels, **queue_labels}}
         pod_labels = {**labels, **queue_labels}
         self.target = scale_target(model)
         if model.pipeline_parallel > 1:
+            group_annotations = efa_image_annotations(transport(model, hardware))
             self.workload = CustomResource(
                 f"{name}-lws",
                 api_version=LWS_API_VERSION,
@@ -209,11 +231,11 @@ class ModelService(pulumi.ComponentResource):
                         "size": model.pipeline_parallel,
                         "restartPolicy": "RecreateGroupOnPodRestart",
                         "leaderTemplate": {
-                            "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "leader"}},
+                            "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "leader"}, **group_annotations},
                             "spec": pod_spec(spec, model, hardware, "leader"),
                         },
                         "workerTemplate": {
-                            "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "worker"}},
+                            "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "worker"}, **group_annotations},
                             "spec": pod_spec(spec, model, hardware, "worker"),
                         },
                     },
@@ -240,7 +262,7 @@ class ModelService(pulumi.ComponentResource):
             )
         self.service = Service(
             f"{name}-service",
-            metadata={"name": model.name, "namespace": namespace, "labels": labels},
+            metadata={"name": names.model_service(model), "namespace": namespace, "labels": labels},
             spec={
                 "type": "ClusterIP",
                 "selector": pool_selector(model),
@@ -252,8 +274,8 @@ class ModelService(pulumi.ComponentResource):
         )
         PodDisruptionBudget(
             f"{name}-pdb",
-            metadata={"name": model.name, "namespace": namespace, "labels": labels},
+            metadata={"name": names.model_service(model), "namespace": namespace, "labels": labels},
             spec={"maxUnavailable": 1, "selector": {"matchLabels": pods.selector_labels(model.name)}},
             opts=child,
         )
-        self.register_outputs({"workload": self.target.as_ref(), "service": model.name})
+        self.register_outputs({"workload": self.target.as_ref(), "service": names.model_service(model)})

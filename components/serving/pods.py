@@ -4,9 +4,12 @@ contexts, the weights pre-fetch init container and its volumes, the Kueue queue 
 Plain dicts in the Kubernetes API's own (camelCase) shape, so tests read them as `kubectl` would.
 
 Security choices, once for all serving pods:
-* vLLM runs as uid 1000 (`runAsNonRoot`), with HOME on an emptyDir: the upstream image runs as root,
-  but nothing it does needs root. Its root filesystem stays writable because torch, Triton and
-  FlashInfer write JIT caches under paths we do not control.
+* vLLM runs as the image's own non-root user (`vllm`, uid 2000, gid 0 in vLLM 0.33's images: the
+  catalog's `vllm_images.json`), with HOME and the torch/Triton compile caches on an emptyDir: the
+  upstream image runs as root, but nothing it does needs root. USER and LOGNAME name that user, so
+  `getpass.getuser()` never falls back to a passwd lookup, which raises KeyError for a uid the image
+  does not list (a team's own image run as this uid). Its root filesystem stays writable because
+  FlashInfer and others write JIT caches under paths we do not control.
 * The pre-fetch init container runs as uid 0 with every capability dropped and no privilege
   escalation: it must create files in the root-owned NVMe cache directory on the node. The hostPath
   volume already keeps these pods out of the Pod Security "baseline" level, so the serving and batch
@@ -24,6 +27,7 @@ import math
 from typing import Any
 
 from inferstack.catalog.charts import IMAGES
+from inferstack.catalog.vllm_images import DEFAULT_VLLM_IMAGE, VLLM_IMAGES, ImageUser, vllm_image
 from inferstack.conventions import (
     CAPACITY_LABEL,
     GPU_TAINT_KEY,
@@ -41,7 +45,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 ROLE_LABEL = "inferstack.dev/role"  # leader | worker, on the pods of a multi-node replica
 
-VLLM_UID = 1000
 VLLM_HOME = "/home/vllm"
 # Host share a pod may request: the rest of the node goes to the kubelet, system reserve and DaemonSets.
 HOST_SHARE = 0.75
@@ -206,8 +209,14 @@ def shm_bytes(memory: int) -> int:
 # ------------------------------------------------------------------------------ security and volumes
 
 
-def vllm_security_context() -> dict[str, Any]:
-    return {**RESTRICTED, "runAsNonRoot": True, "runAsUser": VLLM_UID, "runAsGroup": VLLM_UID}
+def vllm_user(image: str) -> ImageUser:
+    """The image's non-root user; for an image the catalog does not list, the stock image's."""
+    return (vllm_image(image) or VLLM_IMAGES[DEFAULT_VLLM_IMAGE]).user
+
+
+def vllm_security_context(image: str) -> dict[str, Any]:
+    user = vllm_user(image)
+    return {**RESTRICTED, "runAsNonRoot": True, "runAsUser": user.uid, "runAsGroup": user.gid}
 
 
 def root_init_security_context() -> dict[str, Any]:
@@ -265,14 +274,20 @@ def prefetch_init_container(region: str, millicores: int, memory: int) -> dict[s
     }
 
 
-def vllm_env(model: ModelServiceSpec) -> list[dict[str, Any]]:
-    """HOME on an emptyDir for the non-root user; no telemetry; the Hugging Face token only from a Secret.
+def vllm_env(model: ModelServiceSpec, image: str) -> list[dict[str, Any]]:
+    """HOME and the compile caches on an emptyDir for the non-root user, who is named in USER/LOGNAME;
+    no telemetry; the Hugging Face token only from a Secret.
 
     Weights come from the local cache, so without a token the Hub is never contacted.
     """
+    user = vllm_user(image).name
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": VLLM_HOME},
+        {"name": "USER", "value": user},
+        {"name": "LOGNAME", "value": user},
         {"name": "HF_HOME", "value": f"{VLLM_HOME}/.cache/huggingface"},
+        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{VLLM_HOME}/.cache/torchinductor"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{VLLM_HOME}/.cache/triton"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]

@@ -28,16 +28,17 @@ from pulumi_kubernetes.core.v1 import ConfigMap, Service
 
 from inferstack.catalog.charts import IMAGES
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT
-from inferstack.serving import pods
+from inferstack.serving import names, pods
 from inferstack.serving.autoscaling import KEDA_API_VERSION
 from inferstack.serving.model_service import SKIP_AWAIT, prefetch_script
+from inferstack.serving.transport import serving_image
 from inferstack.serving.vllm_args import VLLM_PORT, run_batch_argv
 from inferstack.sizing import check_fit
 from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 
-REDIS_NAME = "redis"
+REDIS_NAME = names.REDIS
 REDIS_PORT = 6379
 REDIS_UID = 999  # the redis user of the official image
 WORKER_UID = 65534
@@ -59,7 +60,8 @@ def redis_address(spec: StackSpec) -> str:
 
 
 def model_url(spec: StackSpec, service: str) -> str:
-    return f"http://{service}.{spec.serving_namespace}.svc.cluster.local:{VLLM_PORT}"
+    """The client Service of a model service (its own name, whether one node or several serve a replica)."""
+    return f"http://{names.model_service(spec.model_service(service))}.{spec.serving_namespace}.svc.cluster.local:{VLLM_PORT}"
 
 
 def list_names(worker: QueueWorkerSpec) -> tuple[str, str, str]:
@@ -221,7 +223,7 @@ class QueueWorker(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         program = ConfigMap(
             f"{name}-program",
-            metadata={"name": f"{worker.name}-program", "namespace": namespace, "labels": labels},
+            metadata={"name": names.worker_program(worker), "namespace": namespace, "labels": labels},
             data={"worker.py": render_worker(spec, worker)},
             opts=child,
         )
@@ -258,7 +260,7 @@ class QueueWorker(pulumi.ComponentResource):
                                 "volumeMounts": [{"name": "program", "mountPath": "/app", "readOnly": True}],
                             }
                         ],
-                        "volumes": [{"name": "program", "configMap": {"name": f"{worker.name}-program"}}],
+                        "volumes": [{"name": "program", "configMap": {"name": names.worker_program(worker)}}],
                     },
                 },
             },
@@ -340,13 +342,13 @@ class BatchJob(pulumi.ComponentResource):
         )
         prefetch = ConfigMap(
             f"{name}-prefetch",
-            metadata={"name": f"{job.name}-prefetch", "namespace": namespace, "labels": labels},
+            metadata={"name": names.prefetch_config_map(job.name), "namespace": namespace, "labels": labels},
             data={"prefetch.sh": prefetch_script(model, hardware, args.weights_bucket)},
             opts=child,
         )
         scripts = ConfigMap(
             f"{name}-scripts",
-            metadata={"name": f"{job.name}-scripts", "namespace": namespace, "labels": labels},
+            metadata={"name": names.batch_scripts(job), "namespace": namespace, "labels": labels},
             data={stage: render_batch_stage(stage, job, shlex.join(argv)) for stage in ("fetch", "run", "upload")},
             opts=child,
         )
@@ -367,13 +369,14 @@ class BatchJob(pulumi.ComponentResource):
                 "securityContext": pods.root_init_security_context(),
                 "volumeMounts": [work_mount, script_mount, tmp_mount],
             }
+        image = serving_image(model, hardware)
         gpu_container = {
             "name": "vllm",
-            "image": model.image,
+            "image": image,
             "command": ["/bin/bash", "/scripts/run"],
-            "env": pods.vllm_env(model),
+            "env": pods.vllm_env(model, image),
             "resources": pods.resources(millicores, memory, pods.gpu_requests(model, hardware)),
-            "securityContext": pods.vllm_security_context(),
+            "securityContext": pods.vllm_security_context(image),
             "volumeMounts": [*pods.vllm_mounts(), work_mount, script_mount],
         }
         pod_spec = {
@@ -392,9 +395,9 @@ class BatchJob(pulumi.ComponentResource):
                 s3_stage("upload", "upload"),
             ],
             "volumes": [
-                *pods.cache_volumes(f"{job.name}-prefetch", memory),
+                *pods.cache_volumes(names.prefetch_config_map(job.name), memory),
                 {"name": "work", "emptyDir": {}},
-                {"name": "scripts", "configMap": {"name": f"{job.name}-scripts", "defaultMode": 0o555}},
+                {"name": "scripts", "configMap": {"name": names.batch_scripts(job), "defaultMode": 0o555}},
             ],
         }
         self.job = Job(

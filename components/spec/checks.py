@@ -33,6 +33,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     from inferstack.auto_placement import resolve_models  # it sizes with the spec package loaded
 
     _unique_names(spec)
+    _check_object_names(spec)
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
     _check_gpu_operator(spec)
     _check_cluster(spec)
@@ -57,6 +58,13 @@ def _check_aws_names(spec: StackSpec) -> None:
     cluster = spec.cluster
     if isinstance(cluster, CreateCluster) and not cluster.network.existing_subnet_ids:
         subnet_layout(cluster.network.vpc_cidr, len(cluster.network.availability_zones or default_zones(spec.region)))
+
+
+def _check_object_names(spec: StackSpec) -> None:
+    """Kubernetes names derived from the spec's names, ours and those controllers derive, never clash."""
+    from inferstack.serving.names import check_object_names
+
+    check_object_names(spec)
 
 
 def _check_auto_fields(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) -> None:
@@ -353,6 +361,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             f"set max_model_len to {max_context} or less",
         )
     _check_placement(spec, path, model, hardware)
+    _check_efa_image(path, model, hardware)
     from inferstack.sizing import check_fit  # sizing imports the spec package; import once it is loaded
 
     check_fit(path, model, hardware)
@@ -387,6 +396,22 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             f"{path}.tier",
             f"tier {model.tier!r} has no WorkloadPriorityClass of that name in queues.priorities",
             f"add a priority named {model.tier!r} to queues.priorities",
+        )
+
+
+def _check_efa_image(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """A replica across EFA nodes needs an image with libfabric and aws-ofi-nccl, or NCCL silently uses TCP."""
+    from inferstack.catalog.vllm_images import efa_images
+    from inferstack.serving.transport import crosses_efa, image_carries_efa
+
+    if crosses_efa(model, hardware) and not image_carries_efa(model, hardware):
+        raise SpecError(
+            f"{path}.image",
+            f"{model.image!r} is not known to carry libfabric and the aws-ofi-nccl plugin, so NCCL between the "
+            f"{model.pipeline_parallel} nodes of a replica would fall back to TCP sockets on EFA pool "
+            f"{hardware.spec.name!r}",
+            f"use {quoted(efa_images())} (vLLM's EFA build; or leave image unset), or set image_provides_efa "
+            "true if your image has them",
         )
 
 

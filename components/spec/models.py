@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 from inferstack.catalog.models import checkpoint_format as catalog_checkpoint_format, model_facts
+from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_IMAGE
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -20,7 +21,6 @@ PinnedImage = Annotated[
     StringConstraints(pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$"),
 ]
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 AUTO = "auto"  # a model service's pool, tensor_parallel or mig_profile left to auto placement
 
 
@@ -498,7 +498,16 @@ class ModelServiceSpec(Model):
     hf_token_secret: Name | None = Field(
         None, description="Kubernetes Secret (key HF_TOKEN) for gated models. Defaults to none."
     )
-    image: PinnedImage = Field(VLLM_IMAGE, description=f"vLLM image, pinned. Defaults to {VLLM_IMAGE}.")
+    image: PinnedImage | None = Field(
+        None,
+        description=f"vLLM image, pinned. Defaults to {DEFAULT_VLLM_IMAGE}, or to vLLM's EFA build "
+        f"{DEFAULT_EFA_VLLM_IMAGE} for a multi-node service on an EFA pool.",
+    )
+    image_provides_efa: bool = Field(
+        False,
+        description="The image (one the catalog does not list) carries libfabric and the aws-ofi-nccl NCCL plugin, "
+        "so a multi-node service on an EFA pool may use it. Defaults to false.",
+    )
     traffic: TrafficSpec | None = Field(None, description="Expected traffic for cost per token. Defaults to none.")
 
     @property

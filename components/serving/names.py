@@ -1,0 +1,137 @@
+"""Names of the Kubernetes objects the serving layer creates, and of those its controllers create from them.
+
+One definition per name, read by the components that create the objects and by the spec check that
+refuses a stack where two objects of one kind in one namespace would share a name. A clash with a
+controller-created object is silent on a real cluster: the LeaderWorkerSet controller creates the
+headless Service that `LWS_LEADER_ADDRESS` resolves through only when no Service of the LWS's name
+exists (`CreateHeadlessServiceIfNotExists`, kubernetes-sigs/lws v0.10.0
+pkg/utils/controller/controller_utils.go), so a Service of ours under that name would leave the
+workers of a multi-node replica unable to reach their leader.
+
+Pure string functions over the spec: no Pulumi, so the spec check can run them before anything registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, MODEL_READER_SERVICE_ACCOUNT
+from inferstack.spec.errors import SpecError
+from inferstack.spec.models import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
+
+REDIS = "redis"                               # the job queue's Deployment and Service (batch namespace)
+SERVING_DASHBOARD = "inferstack-serving-dashboard"
+SERVING_ALERTS = "inferstack-serving"
+VLLM_POD_MONITOR = "vllm"
+EPP_POD_MONITOR = "endpoint-picker"
+LWS_SUFFIX = "group"  # a multi-node replica is an LWS "group"; its pods are <lws>-<group>[-<worker>]
+
+
+def model_service(model: ModelServiceSpec) -> str:
+    """The ClusterIP Service clients call, whatever the topology: `http://<name>.<namespace>.svc:8000`.
+
+    Also the name of its PodDisruptionBudget, ScaledObject, InferencePool, InferenceObjective and HTTPRoute.
+    """
+    return model.name
+
+
+def workload(model: ModelServiceSpec) -> str:
+    """The Deployment (one node per replica) or LeaderWorkerSet (several nodes per replica).
+
+    A LeaderWorkerSet must not share the client Service's name: its controller's headless Service
+    takes the LWS's name, and only when that name is free.
+    """
+    return f"{model.name}-{LWS_SUFFIX}" if model.pipeline_parallel > 1 else model.name
+
+
+def lws_headless_service(model: ModelServiceSpec) -> str | None:
+    """The headless Service the LWS controller creates (subdomain policy Shared, the default): the LWS's name."""
+    return workload(model) if model.pipeline_parallel > 1 else None
+
+
+def prefetch_config_map(owner: str) -> str:
+    """The weights pre-fetch script of a model service or batch job."""
+    return f"{owner}-prefetch"
+
+
+def endpoint_picker(model: ModelServiceSpec) -> str:
+    """The endpoint picker's Deployment, Service, ServiceAccount, Role, RoleBinding and ConfigMap."""
+    return f"{model.name}-epp"
+
+
+def worker_program(worker: QueueWorkerSpec) -> str:
+    return f"{worker.name}-program"
+
+
+def batch_scripts(job: BatchJobSpec) -> str:
+    return f"{job.name}-scripts"
+
+
+@dataclass(frozen=True)
+class ObjectName:
+    """One object the stack makes exist: by inferstack itself, or by a controller acting on one of ours."""
+
+    namespace: str
+    kind: str
+    name: str
+    path: str        # the spec field that brings the object into being
+    made_by: str     # who creates it, for the message
+
+
+def object_names(spec: StackSpec) -> Iterator[ObjectName]:
+    """Every named object of the serving and batch namespaces, each reserved whether or not an optional
+    feature (gateway, autoscaling) is on, so switching one on later cannot start a clash."""
+    serving, batch = spec.serving_namespace, spec.batch_namespace
+    stack = "the stack"
+    for namespace in {serving, batch}:
+        yield ObjectName(namespace, "ServiceAccount", MODEL_READER_SERVICE_ACCOUNT, stack, "inferstack")
+    yield ObjectName(batch, "ServiceAccount", BATCH_RUNNER_SERVICE_ACCOUNT, stack, "inferstack")
+    yield ObjectName(serving, "ConfigMap", SERVING_DASHBOARD, stack, "inferstack")
+    yield ObjectName(serving, "PrometheusRule", SERVING_ALERTS, stack, "inferstack")
+    for monitor in (VLLM_POD_MONITOR, EPP_POD_MONITOR):
+        yield ObjectName(serving, "PodMonitor", monitor, stack, "inferstack")
+    yield ObjectName(serving, "Gateway", spec.gateway.name, "gateway.name", "inferstack")
+    for i, model in enumerate(spec.models):
+        path = f"models[{i}].name"
+        ours = f"model service {model.name!r}"
+        kind = "LeaderWorkerSet" if model.pipeline_parallel > 1 else "Deployment"
+        yield ObjectName(serving, kind, workload(model), path, ours)
+        headless = lws_headless_service(model)
+        if headless is not None:
+            yield ObjectName(serving, "Service", headless, path, f"the LeaderWorkerSet controller for {ours}")
+        for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "InferenceObjective", "HTTPRoute"):
+            yield ObjectName(serving, kind, model_service(model), path, ours)
+        yield ObjectName(serving, "ConfigMap", prefetch_config_map(model.name), path, ours)
+        picker = f"the endpoint picker of {ours}"
+        for kind in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"):
+            yield ObjectName(serving, kind, endpoint_picker(model), path, picker)
+    if spec.workers:
+        for kind in ("Deployment", "Service"):
+            yield ObjectName(batch, kind, REDIS, "workers", "the job queue (Redis)")
+    for i, worker in enumerate(spec.workers):
+        path, ours = f"workers[{i}].name", f"worker {worker.name!r}"
+        for kind in ("Deployment", "ScaledObject"):
+            yield ObjectName(batch, kind, worker.name, path, ours)
+        yield ObjectName(batch, "ConfigMap", worker_program(worker), path, ours)
+    for i, job in enumerate(spec.batch_jobs):
+        path, ours = f"batch_jobs[{i}].name", f"batch job {job.name!r}"
+        yield ObjectName(batch, "Job", job.name, path, ours)
+        for name in (prefetch_config_map(job.name), batch_scripts(job)):
+            yield ObjectName(batch, "ConfigMap", name, path, ours)
+
+
+def check_object_names(spec: StackSpec) -> None:
+    """Refuse a spec in which two objects of one kind and namespace would get the same name."""
+    seen: dict[tuple[str, str, str], ObjectName] = {}
+    for entry in object_names(spec):
+        key = (entry.namespace, entry.kind, entry.name)
+        first = seen.setdefault(key, entry)
+        if first is entry:
+            continue
+        path = entry.path if entry.path not in ("the stack", "workers") else first.path
+        raise SpecError(
+            path,
+            f"{entry.made_by} and {first.made_by} would both need {entry.kind} {entry.namespace}/{entry.name}",
+            "rename one of them",
+        )
