@@ -184,7 +184,13 @@ def test_pods_land_on_their_pool_and_start_from_the_nvme_cache(prod, prod_render
             assert f"bucket={BUCKET}" in script and "cache_dir=/models" in script
             cache = next(v for v in spec["volumes"] if v["name"] == "model-cache")
             assert cache["hostPath"]["path"] == "/mnt/k8s-disks/0/model-cache"
-            assert container(template)["args"][0].startswith("/models/")
+            vllm = container(template)
+            # vLLM starts through pin-weights.sh, which swaps the published path for the version it resolves to.
+            assert vllm["command"] == ["/bin/bash", "/opt/inferstack/pin-weights.sh"]
+            assert vllm["args"][:2] == ["vllm", "serve"] and vllm["args"][2].startswith("/models/")
+            pin = config_maps[f"{model.name}-prefetch"]["data"]["pin-weights.sh"]
+            assert f"published={vllm['args'][2]}" in pin
+            assert {"name": "prefetch", "mountPath": "/opt/inferstack", "readOnly": True} in vllm["volumeMounts"]
 
 
 def test_probes_and_drain_fit_model_load_and_spot_notice(prod, prod_render):

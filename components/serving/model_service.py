@@ -33,7 +33,7 @@ from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
 from inferstack.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
-from inferstack.weights.prefetch import pool_cache_budget_bytes, render_prefetch_script
+from inferstack.weights.prefetch import PIN_SCRIPT, pool_cache_budget_bytes, render_pin_script, render_prefetch_script
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PROBE_PERIOD_SECONDS = 10
@@ -142,7 +142,7 @@ def pod_spec(
     env = pods.vllm_env(model, route.image)
     if role != "single":
         env += _multi_node_env(route)
-    argv = serve_argv(model, hardware, pods.model_path(model), role=role)
+    argv = pods.pinned_weights(serve_argv(model, hardware, pods.model_path(model), role=role))
     container: dict[str, Any] = {
         "name": "vllm",
         "image": route.image,
@@ -203,7 +203,10 @@ class ModelService(pulumi.ComponentResource):
         config_map = ConfigMap(
             f"{name}-prefetch",
             metadata={"name": names.prefetch_config_map(model.name), "namespace": namespace, "labels": labels},
-            data={"prefetch.sh": prefetch_script(model, hardware, args.weights_bucket)},
+            data={
+                "prefetch.sh": prefetch_script(model, hardware, args.weights_bucket),
+                PIN_SCRIPT: render_pin_script(pods.model_path(model)),
+            },
             opts=child,
         )
         scaled = model.autoscaling.max_replicas > model.autoscaling.min_replicas

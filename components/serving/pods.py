@@ -38,6 +38,7 @@ from inferstack.conventions import (
 )
 from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, QueuesSpec, StackSpec, TimeSlicing
 from inferstack.spec.pools import PoolHardware
+from inferstack.weights.prefetch import PIN_SCRIPT
 
 COMPONENT = "vllm"
 PART_OF = {"app.kubernetes.io/part-of": "inferstack"}
@@ -46,6 +47,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 ROLE_LABEL = "inferstack.dev/role"  # leader | worker, on the pods of a multi-node replica
 
 VLLM_HOME = "/home/vllm"
+WEIGHTS_SCRIPTS_MOUNT = "/opt/inferstack"  # the pre-fetch ConfigMap, in the vLLM container
 # Host share a pod may request: the rest of the node goes to the kubelet, system reserve and DaemonSets.
 HOST_SHARE = 0.75
 MAX_SHM_BYTES = 16 * 1024**3
@@ -298,9 +300,16 @@ def vllm_env(model: ModelServiceSpec, image: str) -> list[dict[str, Any]]:
     return env
 
 
+def pinned_weights(argv: list[str]) -> list[str]:
+    """`argv` run through the pre-fetch ConfigMap's pin-weights.sh: vLLM gets the weights version the
+    cache's symlink points at when the container starts, not a path that may switch while it loads."""
+    return ["/bin/bash", f"{WEIGHTS_SCRIPTS_MOUNT}/{PIN_SCRIPT}", *argv]
+
+
 def vllm_mounts() -> list[dict[str, Any]]:
     return [
         {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True},
+        {"name": "prefetch", "mountPath": WEIGHTS_SCRIPTS_MOUNT, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "home", "mountPath": VLLM_HOME},
     ]

@@ -33,6 +33,7 @@ from inferstack.serving.autoscaling import KEDA_API_VERSION
 from inferstack.serving.model_service import SKIP_AWAIT, prefetch_script
 from inferstack.serving.transport import serving_image
 from inferstack.serving.vllm_args import VLLM_PORT, run_batch_argv
+from inferstack.weights.prefetch import PIN_SCRIPT, render_pin_script
 from inferstack.sizing import check_fit
 from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
 from inferstack.spec.errors import SpecError
@@ -343,13 +344,16 @@ class BatchJob(pulumi.ComponentResource):
         prefetch = ConfigMap(
             f"{name}-prefetch",
             metadata={"name": names.prefetch_config_map(job.name), "namespace": namespace, "labels": labels},
-            data={"prefetch.sh": prefetch_script(model, hardware, args.weights_bucket)},
+            data={
+                "prefetch.sh": prefetch_script(model, hardware, args.weights_bucket),
+                PIN_SCRIPT: render_pin_script(pods.model_path(model)),
+            },
             opts=child,
         )
         scripts = ConfigMap(
             f"{name}-scripts",
             metadata={"name": names.batch_scripts(job), "namespace": namespace, "labels": labels},
-            data={stage: render_batch_stage(stage, job, shlex.join(argv)) for stage in ("fetch", "run", "upload")},
+            data={stage: render_batch_stage(stage, job, shlex.join(pods.pinned_weights(argv))) for stage in ("fetch", "run", "upload")},
             opts=child,
         )
         work_mount = {"name": "work", "mountPath": WORK_DIR}

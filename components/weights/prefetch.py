@@ -20,8 +20,9 @@ A new version is copied into `.versions/<model_key>/.partial-<digest>` (same fil
 object by object against the listing, renamed into place, and published by renaming a fresh symlink
 over `<model_key>`: rename(2) replaces the target atomically, so every path lookup through
 `/models/<model_key>` (the one path vLLM is given) finds the old version or the new one complete,
-never a half-copied directory or a missing path (man7.org/linux/man-pages/man2/rename.2.html). A pod
-still loading when another pod publishes a new version resolves later files through the new target.
+never a half-copied directory or a missing path (man7.org/linux/man-pages/man2/rename.2.html). vLLM
+is started through `pin-weights.sh`, which hands it the version the link resolves to at that moment,
+so a pod still loading when another pod publishes a new version keeps reading the one it started on.
 Runs are serialised with flock(1) from util-linux (man7.org/linux/man-pages/man1/flock.1.html) when
 the image has it, else with an atomic mkdir(2) lock and a heartbeat. The pinned AWS CLI image is
 built on amazonlinux:2023 and adds findutils and jq (aws/aws-cli@2.31.23:docker/Dockerfile); the
@@ -58,9 +59,12 @@ _RESERVED_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _RESERVED_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 
 
+PIN_SCRIPT = "pin-weights.sh"  # beside prefetch.sh in the pre-fetch ConfigMap
+
+
 @cache
-def load_template() -> jinja2.Template:
-    """The prefetch template; undefined variables raise instead of rendering as empty strings."""
+def load_template(name: str = "prefetch.sh.j2") -> jinja2.Template:
+    """A weights-cache template; undefined variables raise instead of rendering as empty strings."""
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -68,8 +72,17 @@ def load_template() -> jinja2.Template:
         autoescape=False,
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
-    source = files("inferstack.templates").joinpath("prefetch.sh.j2").read_text(encoding="utf-8")
+    source = files("inferstack.templates").joinpath(name).read_text(encoding="utf-8")
     return env.from_string(source)
+
+
+def render_pin_script(published: str) -> str:
+    """Bash that execs its arguments with `published` (the cache's stable path) replaced by the version
+    it points at now, so vLLM reads a single version however long it loads while another pod publishes."""
+    if not published.startswith("/"):
+        raise ValueError(f"published path {published!r} is not absolute")
+    _check_path("published path", published)
+    return load_template("pin-weights.sh.j2").render(published=published)
 
 
 def pool_cache_budget_bytes(hardware: PoolHardware) -> int:
