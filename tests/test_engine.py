@@ -246,3 +246,34 @@ INVOKE_ARGS = {"name": "c", "id": "subnet-0123456789abcdef0", "addonName": "vpc-
 def test_invoke_answers_use_pulumi_aws_schema_names(token):
     answer = PlanMocks("us-east-1")._calls[token](dict(INVOKE_ARGS))
     assert set(answer) <= _schema_names(_sdk_class(token, "Result"))
+
+
+def test_resources_pulumi_tells_apart_by_urn_get_distinct_names_in_the_recording():
+    """Pulumi identifies a resource by its URN, whose qualified type includes its parent's type
+    (pulumi/pulumi sdk/python/lib/pulumi/resource.py, the URN a resource registers with), so a model
+    service and a queue-fed worker both named `foo` may each own a Deployment `...-foo-deployment`.
+    The recording, resources.json and the time-to-serving graph name resources uniquely all the same."""
+    spec = StackSpec.model_validate({
+        "environment": "twins",
+        "node_pools": [{"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 2, "capacity": {"on_demand_base": 1}}],
+        "models": [{"name": "foo", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "pool": "l4", "max_model_len": 4096}],
+        "workers": [{"name": "foo", "model_service": "foo", "image": "python:3.13.1-slim"}],
+    })
+    recording = run_stack(spec)
+    names = [r.name for r in recording.resources]
+    assert len(names) == len(set(names))
+    twins = sorted(r.name for r in recording.resources if r.name.startswith("twins-serving-foo-deployment"))
+    assert twins == [  # both named with their qualified type, whichever the engine saw first
+        "twins-serving-foo-deployment (inferstack:serving:ModelService$kubernetes:apps/v1:Deployment)",
+        "twins-serving-foo-deployment (inferstack:serving:QueueWorker$kubernetes:apps/v1:Deployment)",
+    ]
+    parents = {r.parent for r in recording.resources if r.name in twins}
+    assert parents == {
+        "twins-serving-foo (inferstack:serving:Serving$inferstack:serving:ModelService)",
+        "twins-serving-foo (inferstack:serving:Serving$inferstack:serving:QueueWorker)",
+    }
+    assert "twins-serving-foo-service" in names  # names nothing else shares stay as the program gave them
+
+    from inferstack.engine.summary import time_to_serving
+
+    assert [m["model"] for m in time_to_serving(spec, recording)["models"]] == ["foo"]

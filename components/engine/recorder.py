@@ -9,6 +9,7 @@ import asyncio
 import gc
 import sys
 import threading
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import CodeType
@@ -45,6 +46,12 @@ class Registration:
     # Not in resources.json (as_dict keeps its six keys); the time-to-serving graph reads them.
     provider: str | None = None                 # the provider resource it is created through
     input_dependencies: list[str] = field(default_factory=list)  # the part of depends_on its inputs imply
+    urn: str = ""                               # what Pulumi identifies it by
+
+    @property
+    def logical_name(self) -> str:
+        """The name the program gave it (`name` adds the URN's qualified type when another resource shares it)."""
+        return self.urn.rsplit("::", 1)[-1] if self.urn else self.name
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +103,7 @@ class RecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self.recording = recording
         self._names: dict[str, str] = {}
+        self._taken: set[str] = set()
         self._stack_urn = ""
         self._lock = threading.Lock()
 
@@ -106,21 +114,33 @@ class RecordingMonitor(MockMonitor):
             return response
         inputs = rpc.deserialize_properties(request.object, keep_unknowns=True, keep_internal=False)  # secrets stay marked
         with self._lock:
-            self._names[response.urn] = request.name
+            name = self._unique_name(request.name, response.urn)
+            self._names[response.urn] = name
             implied = {urn for deps in request.propertyDependencies.values() for urn in deps.urns}
             self.recording.resources.append(
                 Registration(
                     type=request.type,
-                    name=request.name,
+                    name=name,
                     custom=bool(request.custom),
                     parent=self._names.get(request.parent),
                     inputs=plain(inputs),
                     depends_on=sorted({self._names[urn] for urn in request.dependencies if urn in self._names}),
                     provider=self._names.get(request.provider.rpartition("::")[0]) if request.provider else None,
                     input_dependencies=sorted({self._names[urn] for urn in implied if urn in self._names}),
+                    urn=response.urn,
                 )
             )
         return response
+
+    def _unique_name(self, name: str, urn: str) -> str:
+        """The name, or, when an earlier resource has it too, the name with the URN's qualified type, so
+        that references recorded during the run stay unambiguous (see `_qualify_shared_names`)."""
+        if name not in self._taken:
+            self._taken.add(name)
+            return name
+        qualified = _qualified(name, urn)
+        self._taken.add(qualified)
+        return qualified
 
     def RegisterResourceOutputs(self, request):  # noqa: N802
         if request.urn == self._stack_urn:
@@ -144,8 +164,34 @@ def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:
     recording.unanswered = reads.unanswered()
     # Requests reach the engine as their inputs resolve, which varies run to run; list them in the
     # order the program registered them, so resources.json is the same for the same program.
-    recording.resources.sort(key=lambda r: order.get((r.type, r.name), len(order)))
+    recording.resources.sort(key=lambda r: order.get((r.type, r.logical_name), len(order)))
+    _qualify_shared_names(recording)
     return recording
+
+
+def _qualified(name: str, urn: str) -> str:
+    """The name with the URN's qualified type (parent type $ type), as unique as the URN itself."""
+    return f"{name} ({urn.split('::')[2]})"
+
+
+def _qualify_shared_names(recording: Recording) -> None:
+    """Pulumi tells resources apart by URN, whose qualified type includes the parent's type, so two
+    components of different types may each have a child named `x-deployment` (a model service and a worker
+    both named `x`). Every resource whose name another shares is named with its qualified type, whatever
+    order the engine saw them in, and every reference follows."""
+    counts = Counter(r.logical_name for r in recording.resources)
+    final = {
+        r.name: r.logical_name if counts[r.logical_name] == 1 else _qualified(r.logical_name, r.urn)
+        for r in recording.resources
+    }
+    if all(old == new for old, new in final.items()):
+        return
+    for r in recording.resources:
+        r.name = final[r.name]
+        r.parent = final.get(r.parent, r.parent) if r.parent else r.parent
+        r.provider = final.get(r.provider, r.provider) if r.provider else r.provider
+        r.depends_on = sorted(final.get(d, d) for d in r.depends_on)
+        r.input_dependencies = sorted(final.get(d, d) for d in r.input_dependencies)
 
 
 def _cancel_leftover_tasks() -> None:
