@@ -153,7 +153,7 @@ def refusal(model: ModelServiceSpec) -> Refusal | None:
         fixes.append("set quantization 'fp8' (quantized online by vLLM at load)")
         if not matching:
             fixes.append(
-                f"point model at a checkpoint stored as {request} (with checkpoint_format when it is not in the catalog)"
+                f"point model at a checkpoint stored as {request} (with architecture and checkpoint_format when it is not in the catalog)"
             )
     elif base != model.model and request in ("none", "fp8"):
         online = " with quantization 'fp8' (online)" if request == "fp8" else ""

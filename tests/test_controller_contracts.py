@@ -191,3 +191,32 @@ def test_the_endpoint_picker_starts_after_its_inference_pool_and_the_rbac_to_rea
         pool_name = pool.inputs["metadata"]["name"]
         args = picker.inputs["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--pool-name") + 1] == pool_name
+
+
+def test_a_model_named_like_istios_gateway_deployment_is_refused():
+    """Istio provisions a Deployment, Service and ServiceAccount `<Gateway name>-<GatewayClass name>` for each
+    Gateway (istio.io, Kubernetes Gateway API task, "Automated Deployment")."""
+    spec = base()
+    spec["models"].append({"name": "inference-gateway-istio", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "h100"})
+    error = rejected(spec)
+    assert error.path == "models[1].name"
+    assert "Istio's gateway deployment would both need Deployment inference/inference-gateway-istio" in error.problem
+
+
+def test_a_model_named_like_the_body_based_router_is_refused():
+    """The body-based-routing chart (gateway-api-inference-extension v1.5.0, config/charts/body-based-routing,
+    value `bbr.name`) creates its Deployment and Service as `body-based-router`."""
+    spec = base()
+    spec["models"].append({"name": "body-based-router", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "h100"})
+    assert rejected(spec).path == "models[1].name"
+
+
+def test_a_service_name_must_start_with_a_letter():
+    """Service names are DNS-1035 labels (k8s.io/apimachinery pkg/util/validation IsDNS1035Label; the API
+    server's ValidateServiceName)."""
+    spec = base()
+    spec["models"].append({"name": "8b-chat", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "h100"})
+    error = rejected(spec)
+    assert error.path == "models[1].name"
+    assert "Service inference/8b-chat, and a Service name must start with a letter (DNS-1035)" in error.problem
+    assert "'m-8b-chat'" in error.fix

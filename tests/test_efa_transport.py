@@ -113,3 +113,18 @@ def test_a_teams_own_efa_image_is_accepted_when_the_spec_says_so_and_the_pods_sa
         assert template["metadata"]["annotations"] == {IMAGE_PROVIDES_EFA_ANNOTATION: "true"}
         assert vllm_env(template)["NCCL_NET_PLUGIN"] == "ofi"
         assert next(c for c in template["spec"]["containers"] if c["name"] == "vllm")["image"] == own
+
+
+def test_image_provides_efa_cannot_vouch_for_an_image_the_catalog_knows_has_no_efa():
+    with pytest.raises(SpecError) as caught:
+        StackSpec.model_validate(spec(image=DEFAULT_VLLM_IMAGE, image_provides_efa=True))
+    error = caught.value
+    assert error.path == "models[0].image_provides_efa"
+    assert "is in the catalog, which knows it carries no libfabric or aws-ofi-nccl plugin" in error.problem
+
+
+def test_docker_hubs_own_spellings_of_the_efa_build_are_the_same_image():
+    for reference in (f"docker.io/{DEFAULT_EFA_VLLM_IMAGE}", f"index.docker.io/{DEFAULT_EFA_VLLM_IMAGE}"):
+        assert vllm_image(reference) == vllm_image(DEFAULT_EFA_VLLM_IMAGE)
+        stack = StackSpec.model_validate(spec(image=reference))
+        assert transport(stack.models[0], PoolHardware(stack.pool("h100"))).kind == "efa"

@@ -213,9 +213,11 @@ def test_autoscaler_policy_scopes_every_write_to_the_clusters_groups():
     }
 
 
-def test_a_kubernetes_version_without_an_autoscaler_image_is_rejected():
-    spec = build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"}))
+def test_a_kubernetes_version_without_an_autoscaler_image_is_rejected_at_spec_time():
+    """Before anything registers (the platform layer would otherwise stop the program after the AWS layer)."""
     with pytest.raises(SpecError) as caught:
-        image_tag(spec)
+        build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"}))
     assert caught.value.path == "cluster.kubernetes_version"
     assert "no cluster-autoscaler image for Kubernetes 1.31" in str(caught.value)
+    spec = build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"}, platform={"node_autoscaler": "none"}))
+    assert spec.cluster.kubernetes_version == "1.31"  # no autoscaler, no image needed

@@ -201,6 +201,22 @@ REJECTIONS = {
         ),
         "node_pools[2].capacity.reservation.kind", "not sold as an EC2 Capacity Block",
     ),
+    "checkpoint beyond the weights cache": (
+        lambda s: (s["node_pools"][0].update(nvme_cache=False, disk_size_gib=50),
+                   s["models"][0].update(model="meta-llama/Llama-3.1-70B-Instruct", tensor_parallel=4)),
+        "models[0].pool", "may cache 40.0 GiB per node (80% of the 50 GiB root volume of a p5.48xlarge)",
+    ),
+    "batch job on a service that spans nodes": (
+        lambda s: (s["models"][0].update(model="meta-llama/Llama-3.1-70B-Instruct", tensor_parallel=8,
+                                         pipeline_parallel=2, max_model_len=16384),
+                   s.update(batch_jobs=[{"name": "b", "model_service": "llama", "pool": "h100",
+                                         "input": "s3://in-bucket/in.jsonl", "output": "s3://out-bucket/out/"}])),
+        "batch_jobs[0].model_service", "'llama' spans 2 nodes; a batch job runs on one node",
+    ),
+    "the gpu taint again": (
+        lambda s: s["node_pools"][0].update(taints=[{"key": "nvidia.com/gpu", "value": "true"}]),
+        "node_pools[0].taints[0]", "taint nvidia.com/gpu:NoSchedule is already on the pool's nodes",
+    ),
     "zone outside the region": (
         lambda s: s["node_pools"][0].update(availability_zones=["us-west-2a"]),
         "node_pools[0].availability_zones[0]", "not in region us-east-1",
@@ -276,7 +292,7 @@ def test_following_the_fix_of_a_refused_quantization_gives_a_valid_spec():
 def test_a_method_without_a_catalog_checkpoint_says_how_to_name_one():
     error = rejection(with_model(model="Qwen/Qwen3-8B", quantization="gptq"))
     assert "such as" not in error.fix
-    assert "point model at a checkpoint stored as gptq (with checkpoint_format" in error.fix
+    assert "point model at a checkpoint stored as gptq (with architecture and checkpoint_format" in error.fix
 
 
 def test_fp8_on_an_awq_checkpoint_is_refused_as_vllm_refuses_it():

@@ -62,8 +62,16 @@ DEFAULT_VLLM_IMAGE: str = _RAW["defaults"]["serving"]
 DEFAULT_EFA_VLLM_IMAGE: str = _RAW["defaults"]["efa"]
 
 
+# Docker Hub's own spellings of a reference: `docker.io/vllm/x` and `index.docker.io/vllm/x` are `vllm/x`.
+DOCKER_HUB_PREFIXES = ("docker.io/", "index.docker.io/", "registry-1.docker.io/")
+
+
 def vllm_image(reference: str) -> VllmImage | None:
     """What the catalog knows of an image; None for an image it does not list (a team's own build)."""
+    for prefix in DOCKER_HUB_PREFIXES:
+        if reference.startswith(prefix):
+            reference = reference.removeprefix(prefix)
+            break
     return VLLM_IMAGES.get(reference)
 
 

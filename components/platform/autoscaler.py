@@ -20,7 +20,7 @@ from pulumi_kubernetes.helm.v3 import Release
 from inferstack.aws.iam import VERSION, pod_identity_trust_policy
 from inferstack.catalog.charts import chart
 from inferstack.helm import helm_release
-from inferstack.spec import CreateCluster, SpecError, StackSpec
+from inferstack.spec import CreateCluster, StackSpec
 
 CHART = "cluster-autoscaler"
 SERVICE_ACCOUNT = "cluster-autoscaler"
@@ -70,20 +70,11 @@ def autoscaler_policy(cluster_name: str, region: str, account_id: str, partition
 
 
 def image_tag(spec: StackSpec) -> str | None:
-    """The autoscaler image matching the cluster's minor version; None for an existing cluster, whose
-    version the spec does not say (the chart's own image is used)."""
+    """The autoscaler image matching the cluster's minor version (the spec check makes sure the catalog
+    has one); None for an existing cluster, whose version the spec does not say (the chart's own image)."""
     if not isinstance(spec.cluster, CreateCluster):
         return None
-    version = spec.cluster.kubernetes_version
-    tags = chart(CHART).extra["image_tag_by_kubernetes"]
-    if version not in tags:
-        raise SpecError(
-            "cluster.kubernetes_version",
-            f"the chart catalog has no cluster-autoscaler image for Kubernetes {version} (it has {', '.join(tags)})",
-            "use one of those versions, add the image to components/catalog/charts.json, "
-            "or set platform.node_autoscaler to 'none'",
-        )
-    return tags[version]
+    return chart(CHART).extra["image_tag_by_kubernetes"][spec.cluster.kubernetes_version]
 
 
 def autoscaler_values(spec: StackSpec, cluster_name: pulumi.Input[str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Pure string functions over the spec: no Pulumi, so the spec check can run them b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -26,6 +27,10 @@ SERVING_ALERTS = "inferstack-serving"
 VLLM_POD_MONITOR = "vllm"
 EPP_POD_MONITOR = "endpoint-picker"
 LWS_SUFFIX = "group"  # a multi-node replica is an LWS "group"; its pods are <lws>-<group>[-<worker>]
+# The body-based-routing chart (GAIE v1.5.0, values `bbr.name`) names its Deployment and Service so.
+BODY_BASED_ROUTER = "body-based-router"
+# A Service name is a DNS-1035 label (Kubernetes apimachinery validation.IsDNS1035Label): it starts with a letter.
+DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def model_service(model: ModelServiceSpec) -> str:
@@ -92,6 +97,14 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     for monitor in (VLLM_POD_MONITOR, EPP_POD_MONITOR):
         yield ObjectName(serving, "PodMonitor", monitor, stack, "inferstack")
     yield ObjectName(serving, "Gateway", spec.gateway.name, "gateway.name", "inferstack")
+    if spec.gateway.implementation == "istio":
+        # Istio's automated deployment provisions `<Gateway>-<GatewayClass>` (istio.io, Kubernetes Gateway
+        # API task, "Automated Deployment"); body-based routing runs beside it on Istio.
+        proxy = f"{spec.gateway.name}-{spec.gateway.implementation}"
+        for kind in ("Deployment", "Service", "ServiceAccount"):
+            yield ObjectName(serving, kind, proxy, "gateway.name", "Istio's gateway deployment")
+        for kind in ("Deployment", "Service"):
+            yield ObjectName(serving, kind, BODY_BASED_ROUTER, "gateway", "the body-based-routing chart")
     for i, model in enumerate(spec.models):
         path = f"models[{i}].name"
         ours = f"model service {model.name!r}"
@@ -122,14 +135,22 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
 
 
 def check_object_names(spec: StackSpec) -> None:
-    """Refuse a spec in which two objects of one kind and namespace would get the same name."""
+    """Refuse a spec in which two objects of one kind and namespace would get the same name, or a Service
+    would get a name the API server refuses."""
     seen: dict[tuple[str, str, str], ObjectName] = {}
     for entry in object_names(spec):
+        if entry.kind == "Service" and not DNS_1035_LABEL.fullmatch(entry.name):
+            raise SpecError(
+                entry.path,
+                f"{entry.made_by} would need Service {entry.namespace}/{entry.name}, and a Service name must start "
+                "with a letter (DNS-1035)",
+                "start the name with a letter, e.g. 'm-" + entry.name + "'",
+            )
         key = (entry.namespace, entry.kind, entry.name)
         first = seen.setdefault(key, entry)
         if first is entry:
             continue
-        path = entry.path if entry.path not in ("the stack", "workers") else first.path
+        path = entry.path if entry.path not in ("the stack", "workers", "gateway") else first.path
         raise SpecError(
             path,
             f"{entry.made_by} and {first.made_by} would both need {entry.kind} {entry.namespace}/{entry.name}",

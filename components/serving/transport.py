@@ -49,8 +49,9 @@ def serving_image(model: ModelServiceSpec, hardware: PoolHardware) -> str:
 
 
 def image_carries_efa(model: ModelServiceSpec, hardware: PoolHardware) -> bool:
+    """What the catalog knows of the image; `image_provides_efa` speaks only for images it does not list."""
     known = vllm_image(serving_image(model, hardware))
-    return (known is not None and known.efa is not None) or model.image_provides_efa
+    return known.efa is not None if known is not None else model.image_provides_efa
 
 
 def transport(model: ModelServiceSpec, hardware: PoolHardware) -> Transport:

@@ -30,14 +30,12 @@ from inferstack.catalog.charts import IMAGES
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT
 from inferstack.serving import names, pods
 from inferstack.serving.autoscaling import KEDA_API_VERSION
+from inferstack.serving.batch_model import batch_model
 from inferstack.serving.model_service import SKIP_AWAIT, prefetch_script
 from inferstack.serving.transport import serving_image
 from inferstack.serving.vllm_args import VLLM_PORT, run_batch_argv
 from inferstack.weights.prefetch import PIN_SCRIPT, render_pin_script
-from inferstack.sizing import check_fit
-from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
-from inferstack.spec.errors import SpecError
-from inferstack.spec.pools import PoolHardware
+from inferstack.spec import BatchJobSpec, QueueWorkerSpec, StackSpec
 
 REDIS_NAME = names.REDIS
 REDIS_PORT = 6379
@@ -282,37 +280,6 @@ class QueueWorker(pulumi.ComponentResource):
 
 
 # --------------------------------------------------------------------------------------- batch jobs
-
-
-def batch_model(spec: StackSpec, index: int) -> tuple[ModelServiceSpec, PoolHardware]:
-    """The job's model service moved onto the job's pool, checked to fit there on one node."""
-    job = spec.batch_jobs[index]
-    path = f"batch_jobs[{index}]"
-    service = spec.model_service(job.model_service)
-    if service.pipeline_parallel > 1:
-        raise SpecError(
-            f"{path}.model_service",
-            f"{service.name!r} spans {service.pipeline_parallel} nodes; a batch job runs on one node",
-            "point the job at a single-node model service",
-        )
-    hardware = PoolHardware(spec.pool(job.pool))
-    model = service.model_copy(update={"pool": job.pool})
-    resource = hardware.resource_for_slice(model.mig_profile)
-    if resource.startswith("nvidia.com/mig-") and resource not in hardware.resources_per_node:
-        raise SpecError(
-            f"{path}.pool",
-            f"pool {job.pool!r} has no {model.mig_profile or 'MIG'} slices for {service.name!r}",
-            "run the job on a pool with whole GPUs or with the service's MIG profile",
-        )
-    if model.mig_profile is None and model.tensor_parallel > hardware.gpus_per_node:
-        raise SpecError(
-            f"{path}.pool",
-            f"{service.name!r} needs {model.tensor_parallel} GPUs on one node but a {hardware.primary.name} has "
-            f"{hardware.gpus_per_node}",
-            "run the job on a pool with larger nodes",
-        )
-    check_fit(path, model, hardware)
-    return model, hardware
 
 
 @dataclass(frozen=True)

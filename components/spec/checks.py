@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
+from inferstack.catalog.charts import chart
+from inferstack.conventions import GPU_TAINT_KEY
 from inferstack.catalog.models import MODELS, checkpoint_format, known_model_ids, model_facts
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
 from inferstack.spec.models import (
@@ -43,7 +45,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     models = resolve_models(spec, pools)
     for i, model in enumerate(models):
         _check_model(spec, i, model, pools)
-    _check_workers(spec)
+    _check_workers(spec, models)
     _check_queues(spec, pools)
     _check_aws_names(spec)
     return models
@@ -181,6 +183,18 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                 f"label {key!r} is set by inferstack from gpu_sharing and the pool name",
                 "remove it and describe the sharing in gpu_sharing",
             )
+    seen_taints: set[tuple[str, str]] = set()
+    for j, taint in enumerate(pool.taints):
+        # A node's taints are unique by key and effect (k8s.io/kubernetes pkg/apis/core/validation
+        # validateNodeTaints); every GPU pool already carries nvidia.com/gpu=true:NoSchedule.
+        if (taint.key, taint.effect) in seen_taints or (taint.key, taint.effect) == (GPU_TAINT_KEY, "NoSchedule"):
+            raise SpecError(
+                f"{path}.taints[{j}]",
+                f"taint {taint.key}:{taint.effect} is already on the pool's nodes"
+                + (" (inferstack taints every GPU node nvidia.com/gpu=true:NoSchedule)" if taint.key == GPU_TAINT_KEY else ""),
+                "remove it, or give it another key or effect",
+            )
+        seen_taints.add((taint.key, taint.effect))
     if isinstance(spec.cluster, CreateCluster) and spec.cluster.network.availability_zones:
         zones = spec.cluster.network.availability_zones
         for j, zone in enumerate(pool.availability_zones):
@@ -338,6 +352,15 @@ def _check_cluster(spec: StackSpec) -> None:
     if not isinstance(cluster, CreateCluster):
         return
     _min_max("cluster.system_nodes", "min_nodes", cluster.system_nodes.min_nodes, "max_nodes", cluster.system_nodes.max_nodes)
+    tags = chart("cluster-autoscaler").extra["image_tag_by_kubernetes"]
+    if spec.platform.node_autoscaler == "cluster-autoscaler" and cluster.kubernetes_version not in tags:
+        raise SpecError(
+            "cluster.kubernetes_version",
+            f"the chart catalog has no cluster-autoscaler image for Kubernetes {cluster.kubernetes_version} "
+            f"(it has {', '.join(tags)})",
+            "use one of those versions, add the image to components/catalog/charts.json, "
+            "or set platform.node_autoscaler to 'none'",
+        )
     for j, zone in enumerate(cluster.network.availability_zones):
         if not zone.startswith(spec.region):
             raise SpecError(
@@ -365,6 +388,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
     from inferstack.sizing import check_fit  # sizing imports the spec package; import once it is loaded
 
     check_fit(path, model, hardware)
+    _check_cache_budget(path, model, hardware)
     scaling = model.autoscaling
     _min_max(f"{path}.autoscaling", "min_replicas", scaling.min_replicas, "max_replicas", scaling.max_replicas)
     if scaling.min_replicas == 0 and not scaling.scale_to_zero:
@@ -399,11 +423,38 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
         )
 
 
+def _check_cache_budget(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """The checkpoint must fit the node's weights cache, or every pre-fetch on the pool fails at start."""
+    from inferstack.sizing import GIB, checkpoint_bytes
+    from inferstack.weights.prefetch import pool_cache_budget_bytes
+
+    stored, budget = checkpoint_bytes(model), pool_cache_budget_bytes(hardware)
+    if stored <= budget:
+        return
+    pool = hardware.spec
+    volume = "NVMe array" if pool.nvme_cache.enabled else f"{pool.disk_size_gib} GiB root volume"
+    raise SpecError(
+        f"{path}.pool",
+        f"{model.model} stores {stored / GIB:.1f} GiB of weights but pool {pool.name!r} may cache "
+        f"{budget / GIB:.1f} GiB per node ({pool.nvme_cache.budget_percent}% of the {volume} of a "
+        f"{min(hardware.instance_types, key=lambda t: t.nvme_total_gb).name}), so every pre-fetch would fail",
+        "raise the pool's nvme_cache.budget_percent, use instance types with more instance storage (or a larger "
+        "disk_size_gib without the NVMe cache), or a smaller checkpoint",
+    )
+
+
 def _check_efa_image(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
     """A replica across EFA nodes needs an image with libfabric and aws-ofi-nccl, or NCCL silently uses TCP."""
-    from inferstack.catalog.vllm_images import efa_images
+    from inferstack.catalog.vllm_images import efa_images, vllm_image
     from inferstack.serving.transport import crosses_efa, image_carries_efa
 
+    known = vllm_image(model.image) if model.image is not None else None
+    if model.image_provides_efa and known is not None and known.efa is None:
+        raise SpecError(
+            f"{path}.image_provides_efa",
+            f"image {model.image!r} is in the catalog, which knows it carries no libfabric or aws-ofi-nccl plugin",
+            f"use {quoted(efa_images())} (vLLM's EFA build), or drop image_provides_efa",
+        )
     if crosses_efa(model, hardware) and not image_carries_efa(model, hardware):
         raise SpecError(
             f"{path}.image",
@@ -489,7 +540,7 @@ def _check_placement(spec: StackSpec, path: str, model, hardware: PoolHardware) 
 # ---------------------------------------------------------------------------------------------- workers
 
 
-def _check_workers(spec: StackSpec) -> None:
+def _check_workers(spec: StackSpec, models: tuple[ModelServiceSpec, ...]) -> None:
     services = [m.name for m in spec.models]
     for i, worker in enumerate(spec.workers):
         path = f"workers[{i}]"
@@ -507,6 +558,10 @@ def _check_workers(spec: StackSpec) -> None:
                 f"{job.pool!r} is not a node pool{did_you_mean(job.pool, pools)}; defined pools: {quoted(pools)}",
                 "set pool to one of them",
             )
+        from inferstack.serving.batch_model import batch_model  # sizes with the spec package loaded
+
+        model, hardware = batch_model(spec.model_copy(update={"models": list(models)}), i)  # the service as placed
+        _check_cache_budget(path, model, hardware)
 
 
 def _require_service(path: str, name: str, services: Iterable[str]) -> None:
