@@ -213,6 +213,14 @@ REJECTIONS = {
                                          "input": "s3://in-bucket/in.jsonl", "output": "s3://out-bucket/out/"}])),
         "batch_jobs[0].model_service", "'llama' spans 2 nodes; a batch job runs on one node",
     ),
+    "a pool label too long for its autoscaler tag": (
+        lambda s: s["node_pools"][2].update(labels={"team.example.com/" + "k" * 70: "x"}),
+        "node_pools[2].labels", "longer than AWS's 128-character keys",
+    ),
+    "more pool labels than an Auto Scaling group takes tags": (
+        lambda s: s["node_pools"][2].update(labels={f"l{n}": "x" for n in range(45)}),
+        "node_pools[2].labels", "AWS allows 50",
+    ),
     "the gpu taint again": (
         lambda s: s["node_pools"][0].update(taints=[{"key": "nvidia.com/gpu", "value": "true"}]),
         "node_pools[0].taints[0]", "taint nvidia.com/gpu:NoSchedule is already on the pool's nodes",

@@ -20,7 +20,7 @@ from inferstack.aws.cluster import (
     kubeconfig_yaml,
 )
 from inferstack.aws.network import Network, NetworkArgs, existing_subnets_in_zones
-from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, plan_node_groups
+from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, autoscaler_tags, plan_node_groups
 from inferstack.aws.weights_store import READER_ROLE, WeightsStore, WeightsStoreArgs
 from inferstack.spec import CreateCluster, SpecError, StackSpec
 
@@ -30,6 +30,13 @@ STACK_SEGMENTS = (PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES)
 AUTONAME_SUFFIX = 8  # Pulumi names a resource '<logical name>-' plus 7 random characters
 IAM_ROLE_NAME_MAX = 64
 NODE_GROUP_NAME_MAX = 63
+# AWS tag limits (AWS General Reference, "Tagging your AWS resources": 50 user tags per resource, keys of
+# up to 128 and values of up to 256 characters; Amazon EC2 Auto Scaling user guide, "Tag Auto Scaling
+# groups": 50 tags per group). EKS puts its own tags on a managed node group's Auto Scaling group
+# (eks:cluster-name, eks:nodegroup-name, k8s.io/cluster-autoscaler/enabled and /<cluster>).
+TAGS_PER_RESOURCE = 50
+TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
+EKS_AUTOSCALING_GROUP_TAGS = 4
 
 
 def check_resource_names(spec: StackSpec) -> None:
@@ -61,6 +68,7 @@ def check_resource_names(spec: StackSpec) -> None:
                         f"{pool.name!r} would name its resources like the {suffix!r} resources of pool {other.name!r}",
                         f"rename the pool so it does not start with {taken!r}",
                     )
+        _check_node_group_tags(spec, i)
         for plan in plan_node_groups(pool):
             group = f"{env}-{pool.name}-{plan.suffix}"
             excess = len(group) + AUTONAME_SUFFIX - NODE_GROUP_NAME_MAX
@@ -71,6 +79,36 @@ def check_resource_names(spec: StackSpec) -> None:
                     f"{NODE_GROUP_NAME_MAX} characters",
                     f"shorten the pool or environment name by {excess} character{'s' if excess > 1 else ''}",
                 )
+
+
+def _check_node_group_tags(spec: StackSpec, index: int) -> None:
+    """A node group carries the stack's tags and its cluster-autoscaler node-template tags (one per label,
+    taint and advertised resource), and its Auto Scaling group the template tags beside EKS's own: both
+    within AWS's tag limits, or EKS refuses the group or its tags."""
+    from inferstack.spec.pools import PoolHardware
+
+    pool = spec.node_pools[index]
+    path = f"node_pools[{index}]"
+    for plan in plan_node_groups(pool):
+        tags = autoscaler_tags(pool, PoolHardware(pool), plan)
+        for key, value in tags.items():
+            if len(key) > TAG_KEY_MAX or len(value) > TAG_VALUE_MAX:
+                raise SpecError(
+                    f"{path}.labels",
+                    f"the cluster-autoscaler tag {key!r} = {value!r} is longer than AWS's {TAG_KEY_MAX}-character "
+                    f"keys or {TAG_VALUE_MAX}-character values",
+                    "shorten the label key (or value) of the pool",
+                )
+        on_group = len({**spec.tags, **tags})
+        on_autoscaling_group = len(tags) + EKS_AUTOSCALING_GROUP_TAGS
+        if max(on_group, on_autoscaling_group) > TAGS_PER_RESOURCE:
+            raise SpecError(
+                f"{path}.labels",
+                f"node group {plan.suffix!r} of pool {pool.name!r} would carry {on_group} tags (the stack's tags and "
+                f"one cluster-autoscaler template tag per label, taint and resource) and its Auto Scaling group "
+                f"{on_autoscaling_group} with EKS's own; AWS allows {TAGS_PER_RESOURCE}",
+                "drop pool labels or taints, or stack tags",
+            )
 
 
 @dataclass(frozen=True)
