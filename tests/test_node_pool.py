@@ -218,3 +218,18 @@ def test_the_policy_pack_reads_a_capacity_block_groups_instance_type_from_its_la
 
     assert seen["prod-h100-capacity-block"] == ("p5.48xlarge",)
     assert seen["prod-h100-spot"] == ("p5.48xlarge",)
+
+
+def test_a_capacity_block_brings_its_own_placement_while_the_burst_group_keeps_the_pools(block_recording):
+    """A Capacity Block's instances are co-located by AWS in an EC2 UltraCluster and launch by naming the
+    block (EC2 user guide, "Capacity Blocks for ML" and "Launch instances using Capacity Blocks"): its launch
+    template names no placement group of ours. The spot burst on EFA keeps the pool's cluster placement
+    group (EC2 user guide, "Placement group rules and limitations"), and the policy pack accepts both."""
+    _, block = _group_and_template(block_recording, GROUP_CAPACITY_BLOCK)
+    _, burst = _group_and_template(block_recording, GROUP_SPOT)
+
+    assert "placement" not in block.inputs
+    assert burst.inputs["placement"]["groupName"]
+    report = run_policies([r.as_dict() for r in block_recording.resources], "prod")
+    efa = next(p for p in report if p.name == "efa-placement-and-security-group")
+    assert efa.violations == []

@@ -146,6 +146,14 @@ def autoscaler_tags(pool: NodePoolSpec, hardware: PoolHardware, plan: NodeGroupP
     return node_template_tags(template_resources(hardware), labels, pool_taints(pool))
 
 
+def joins_no_placement_group(reservation: Reservation | None) -> bool:
+    """A Capacity Block comes with its own placement: AWS co-locates its instances in an EC2 UltraCluster
+    (EC2 user guide, "Capacity Blocks for ML"), and its launches name the block, not a placement group of
+    ours. On-Demand reservations and the burst groups keep the pool's cluster placement group (EC2 user
+    guide, "Placement group rules and limitations": reserved capacity is used inside a placement group too)."""
+    return reservation is not None and reservation.kind == "capacity_block"
+
+
 def launch_template_instance_type(plan: NodeGroupPlan) -> str | None:
     """A Capacity Block group names its one instance type in the launch template and none on the node
     group, or EKS refuses it (EKS User Guide, capacity-blocks-mng; launch-templates: a type in the
@@ -281,7 +289,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
                 ),
                 network_interfaces=network_interfaces,
-                placement=placement,
+                placement=None if joins_no_placement_group(reservation) else placement,
                 user_data=user_data,
                 capacity_reservation_specification=reserved,
                 instance_market_options=market,

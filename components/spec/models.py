@@ -188,8 +188,8 @@ class EfaSpec(Model):
     )
     create_placement_group: bool = Field(
         True,
-        description="Create a cluster placement group for the pool. Set false for capacity reservations or "
-        "blocks that bring their own placement. Defaults to true.",
+        description="Create a cluster placement group for the pool's groups. A Capacity Block group never joins it "
+        "(the block brings its own placement); set false when placement_group names one. Defaults to true.",
     )
 
 
