@@ -348,11 +348,12 @@ def fixed_mix_line() -> dict[str, Any]:
     return line
 
 
-def placement_scale_line(services: int = GENERATED_SIZES[-1]) -> dict[str, Any]:
-    """The free-form planner alone over the generated stack's single-node services with `pool: auto`: its
-    time at scale (the tests check only that it places every replica, no dearer than one model per GPU)."""
+def placement_scale_line() -> dict[str, Any]:
+    """The free-form planner alone over the largest generated stack's single-node services with `pool: auto`:
+    its time at scale (the tests check only that it places every replica, no dearer than one model per GPU)."""
     from inferstack.placement import Demand, catalog_options, naive_placement, plan_placement
 
+    services = GENERATED_SIZES[-1]
     spec = generate_stack(services)
     demands = [
         Demand.from_spec(m.model_copy(update={"pool": "auto"})) for m in spec.models if m.pipeline_parallel == 1

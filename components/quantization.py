@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferstack.catalog import Gpu
-from inferstack.catalog.models import CHECKPOINTS, base_model, checkpoints_of
-from inferstack.spec.models import CheckpointFormat, ModelServiceSpec
+from inferstack.catalog.models import base_model, checkpoints_of
+from inferstack.spec.models import CheckpointFormat, ModelServiceSpec, catalog_stored_format
 
 # What vLLM 0.33 holds on the GPU after `--quantization fp8_per_tensor` on a 16-bit checkpoint:
 # FP8 weights with one scale per tensor, activations quantized per token at run time.
@@ -113,7 +113,7 @@ class Refusal:
 def _checkpoints_satisfying(model: ModelServiceSpec, request: str) -> list[str]:
     return [
         name for name in checkpoints_of(model.model)
-        if satisfies(CheckpointFormat(**CHECKPOINTS[name]["format"]), request)
+        if satisfies(catalog_stored_format(name), request)
     ]
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from inferstack.catalog.models import CHECKPOINTS, checkpoints_of, vocabulary_facts
+from inferstack.catalog.models import checkpoints_of, vocabulary_facts
 from inferstack.quantization import describe, served_format, satisfies
 from inferstack.spec import CheckpointFormat, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
+from inferstack.spec.models import catalog_stored_format
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 
@@ -281,7 +282,7 @@ def precision_options(model: ModelServiceSpec) -> list[tuple[dict, str]]:
         options.append(({"quantization": "fp8"}, "quantized online by vLLM at load"))
     smaller = []
     for name in checkpoints_of(model.model):
-        stored = CheckpointFormat(**CHECKPOINTS[name]["format"])
+        stored = catalog_stored_format(name)
         update = {"model": name} if satisfies(stored, model.quantization) else {"model": name, "quantization": "auto"}
         candidate_bytes = weights_bytes(model.model_copy(update=update))
         if candidate_bytes < held:

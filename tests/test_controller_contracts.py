@@ -45,13 +45,30 @@ def objects(request):
     return _objects(spec)
 
 
+def headless_service_names(lws) -> list[str]:
+    """The LWS controller's rule, written from its source: under subdomain policy Shared (the webhook's
+    default) one Service named after the LWS; under UniquePerReplica one per leader pod, `<lws>-<group>`."""
+    network = lws["spec"].get("networkConfig") or {}
+    name = lws["metadata"]["name"]
+    if network.get("subdomainPolicy", "Shared") == "UniquePerReplica":
+        return [f"{name}-{group}" for group in range(lws["spec"].get("replicas", 1))]
+    return [name]
+
+
+def test_the_policy_pack_knows_the_controllers_rule():
+    shared = {"metadata": {"name": "x-group"}, "spec": {"replicas": 2}}
+    unique = {"metadata": {"name": "x-group"}, "spec": {"replicas": 2, "networkConfig": {"subdomainPolicy": "UniquePerReplica"}}}
+    for lws in (shared, unique):
+        assert list(lws_headless_services(lws)) == headless_service_names(lws)
+
+
 def controller_services(objects) -> dict[tuple[str, str], dict]:
     """The Services that exist once the LWS controller has reconciled: ours, plus the headless Service
     it creates for each LeaderWorkerSet whose Service name is still free."""
     services = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects if o["kind"] == "Service"}
     for lws in (o for o in objects if o["kind"] == "LeaderWorkerSet"):
         namespace = lws["metadata"]["namespace"]
-        for name in lws_headless_services(lws):
+        for name in headless_service_names(lws):
             services.setdefault(
                 (namespace, name),
                 {
@@ -72,7 +89,7 @@ def test_every_multi_node_leader_address_resolves_through_a_headless_service(obj
     for lws in sets:
         namespace, name = lws["metadata"]["namespace"], lws["metadata"]["name"]
         leader_labels = {**lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"], LWS_NAME_LABEL: name}
-        (subdomain,) = lws_headless_services(lws)
+        (subdomain,) = headless_service_names(lws)
         service = services[(namespace, subdomain)]["spec"]
         assert service.get("clusterIP") == "None", f"{namespace}/{subdomain} is not headless: {name}'s leader never resolves"
         assert service.get("publishNotReadyAddresses") is True
@@ -82,7 +99,7 @@ def test_every_multi_node_leader_address_resolves_through_a_headless_service(obj
 def test_no_service_of_ours_takes_the_name_the_lws_controller_needs(objects):
     taken = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "Service"}
     for lws in (o for o in objects if o["kind"] == "LeaderWorkerSet"):
-        for name in lws_headless_services(lws):
+        for name in headless_service_names(lws):
             assert (lws["metadata"]["namespace"], name) not in taken
 
 

@@ -235,6 +235,8 @@ def _schema_names(cls) -> set[str]:
 
 @pytest.mark.parametrize("token", sorted(t for t in PlanMocks("us-east-1")._resources if t.startswith("aws:")))
 def test_the_mocks_answer_with_pulumi_aws_schema_names(token):
+    """Each key a mock returns is an output property of the installed pulumi-aws SDK class (its generated
+    `@pulumi.getter(name=...)` names, from the provider schema bridged from the Terraform AWS provider)."""
     _, state = PlanMocks("us-east-1")._resources[token]("unit", {"clusterName": "c", "bucket": "b"})
     assert set(state) - {"clusterName", "bucket"} <= _schema_names(_sdk_class(token))
 
@@ -244,6 +246,7 @@ INVOKE_ARGS = {"name": "c", "id": "subnet-0123456789abcdef0", "addonName": "vpc-
 
 @pytest.mark.parametrize("token", sorted(PlanMocks("us-east-1")._calls))
 def test_invoke_answers_use_pulumi_aws_schema_names(token):
+    """Each key an invoke mock returns is a property of the installed pulumi-aws SDK's result class."""
     answer = PlanMocks("us-east-1")._calls[token](dict(INVOKE_ARGS))
     assert set(answer) <= _schema_names(_sdk_class(token, "Result"))
 
@@ -277,3 +280,18 @@ def test_resources_pulumi_tells_apart_by_urn_get_distinct_names_in_the_recording
     from inferstack.engine.summary import time_to_serving
 
     assert [m["model"] for m in time_to_serving(spec, recording)["models"]] == ["foo"]
+
+
+def test_the_plan_lists_outputs_the_engine_left_unanswered(capsys):
+    """A read the mocks cannot answer is not silent in the plan either (the tests above keep the list empty)."""
+    from inferstack.engine.report import print_plan
+    from inferstack.engine.summary import build_plan
+
+    spec = load_stack(STACKS, "dev").resolved()
+    recording = run_stack(spec)
+    assert build_plan(spec, recording)["resources"]["unanswered_outputs"] == []
+    recording.unanswered = ["aws:ec2/eip:Eip dev-network-nat-eip .allocation_id"]
+    plan = build_plan(spec, recording)
+    plan["engine_seconds"] = 0.1
+    print_plan(plan)
+    assert "left 1 outputs the program reads unanswered" in capsys.readouterr().out.replace("\n", " ")

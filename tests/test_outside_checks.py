@@ -45,7 +45,8 @@ from rendered_artifacts import (
     shell_scripts,
 )
 
-from inferstack.catalog.charts import IMAGES, chart
+from inferstack.catalog.charts import chart
+from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_IMAGE, vllm_image
 from inferstack.cli import main
 from inferstack.engine.render import kubernetes_objects
 
@@ -340,7 +341,8 @@ def test_exporter_catalog_matches_the_pinned_versions():
     """The exporter facts are tied to the pins they were read at: bumping a chart or image must revisit them."""
     exporters = promql_labels.catalog()["exporters"]
     assert chart("gpu-operator").version in exporters["dcgm-exporter"]["image"]
-    assert IMAGES["vllm"].endswith(":" + exporters["vllm"]["version"])
+    assert DEFAULT_VLLM_IMAGE.endswith(":" + exporters["vllm"]["version"])
+    assert vllm_image(DEFAULT_EFA_VLLM_IMAGE).vllm_version == exporters["vllm"]["version"].removeprefix("v")
     assert exporters["llm-d-epp"]["version"] == chart("llm-d-router-gateway").version
     targets = promql_labels.catalog()["scrape_targets"]
     for exporter in exporters.values():
@@ -444,6 +446,8 @@ def parliament_findings(documents) -> list[str]:
 
 @pytest.mark.parametrize("name", RENDERS)
 def test_every_iam_policy_document_passes_parliament(renders, name):
+    """duo-labs/parliament (PyPI 1.6.x) with its community auditors: AWS's own IAM action, resource and
+    condition data, as `parliament --file` would lint each document."""
     documents = policy_documents(renders[name].resources)
     if name != "platform-spec":
         assert {d.trust_policy_of is None for d in documents} == {True, False}, [d.where for d in documents]

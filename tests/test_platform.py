@@ -12,7 +12,7 @@ from platform_recording import NODE_GROUP, build, objects_of, releases, render, 
 
 from inferstack.catalog.charts import chart
 from inferstack.engine.render import HELM_RELEASE, kubernetes_objects
-from inferstack.platform.autoscaler import autoscaler_policy, image_tag
+from inferstack.platform.autoscaler import autoscaler_policy
 from inferstack.platform.gpu_nodes import mig_config_name
 from inferstack.spec import SpecError
 from inferstack.spec.pools import PoolHardware

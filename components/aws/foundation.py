@@ -20,9 +20,11 @@ from inferstack.aws.cluster import (
     kubeconfig_yaml,
 )
 from inferstack.aws.network import Network, NetworkArgs, existing_subnets_in_zones
+from inferstack.aws.node_template import TAINT_TAG
 from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, autoscaler_tags, plan_node_groups
 from inferstack.aws.weights_store import READER_ROLE, WeightsStore, WeightsStoreArgs
 from inferstack.spec import CreateCluster, SpecError, StackSpec
+from inferstack.spec.pools import PoolHardware
 
 # Name segments of the stack-wide resources (`<environment>-<segment>...`); pools may not reuse them.
 PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES = "aws", "network", "eks", "node-role", "weights", "kubernetes"
@@ -85,19 +87,18 @@ def _check_node_group_tags(spec: StackSpec, index: int) -> None:
     """A node group carries the stack's tags and its cluster-autoscaler node-template tags (one per label,
     taint and advertised resource), and its Auto Scaling group the template tags beside EKS's own: both
     within AWS's tag limits, or EKS refuses the group or its tags."""
-    from inferstack.spec.pools import PoolHardware
-
     pool = spec.node_pools[index]
     path = f"node_pools[{index}]"
     for plan in plan_node_groups(pool):
         tags = autoscaler_tags(pool, PoolHardware(pool), plan)
         for key, value in tags.items():
             if len(key) > TAG_KEY_MAX or len(value) > TAG_VALUE_MAX:
+                field = "taints" if key.startswith(TAINT_TAG) else "labels"
                 raise SpecError(
-                    f"{path}.labels",
+                    f"{path}.{field}",
                     f"the cluster-autoscaler tag {key!r} = {value!r} is longer than AWS's {TAG_KEY_MAX}-character "
                     f"keys or {TAG_VALUE_MAX}-character values",
-                    "shorten the label key (or value) of the pool",
+                    f"shorten that key (or value) in the pool's {field}",
                 )
         on_group = len({**spec.tags, **tags})
         on_autoscaling_group = len(tags) + EKS_AUTOSCALING_GROUP_TAGS

@@ -42,3 +42,9 @@ IMAGES: Mapping[str, str] = MappingProxyType(_RAW["images"])
 
 def chart(key: str) -> Chart:
     return CHARTS[key]
+
+
+def cluster_autoscaler_image_tags() -> Mapping[str, str]:
+    """Kubernetes minor -> the cluster-autoscaler image tag released for it (the autoscaler follows the
+    cluster's minor version)."""
+    return chart("cluster-autoscaler").extra["image_tag_by_kubernetes"]

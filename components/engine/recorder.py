@@ -164,7 +164,8 @@ def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:
     recording.unanswered = reads.unanswered()
     # Requests reach the engine as their inputs resolve, which varies run to run; list them in the
     # order the program registered them, so resources.json is the same for the same program.
-    recording.resources.sort(key=lambda r: order.get((r.type, r.logical_name), len(order)))
+    # Resources sharing a type and name (children of components of different types) fall back on the URN.
+    recording.resources.sort(key=lambda r: (order.get((r.type, r.logical_name), len(order)), r.urn))
     _qualify_shared_names(recording)
     return recording
 

@@ -41,6 +41,11 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     for layer, kinds in resources["by_layer"].items():
         counts = ", ".join(f"{n} {t.split(':')[-1]}" for t, n in kinds.items())
         console.print(f"  {layer}: {sum(kinds.values())} ({counts})")
+    if resources["unanswered_outputs"]:
+        console.print(
+            f"  [yellow]the embedded engine left {len(resources['unanswered_outputs'])} outputs the program reads "
+            f"unanswered[/yellow] (a mock to fix in components/engine/mocks.py): {', '.join(resources['unanswered_outputs'])}"
+        )
 
     pools = Table(title="Node pools", title_justify="left")
     for column in (

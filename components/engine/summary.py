@@ -432,6 +432,9 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "total": sum(1 for r in recording.resources if r.custom),
             "components": sum(1 for r in recording.resources if not r.custom),
             "by_layer": layers(recording),
+            # Outputs the program read that the embedded engine could not answer as AWS would: a figure
+            # built on one of them is not what `pulumi up` would see.
+            "unanswered_outputs": list(recording.unanswered),
         },
         "node_pools": pools,
         "placements": rows,

@@ -18,7 +18,7 @@ from pulumi_aws import eks, iam
 from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.aws.iam import VERSION, pod_identity_trust_policy
-from inferstack.catalog.charts import chart
+from inferstack.catalog.charts import chart, cluster_autoscaler_image_tags
 from inferstack.helm import helm_release
 from inferstack.spec import CreateCluster, StackSpec
 
@@ -74,7 +74,7 @@ def image_tag(spec: StackSpec) -> str | None:
     has one); None for an existing cluster, whose version the spec does not say (the chart's own image)."""
     if not isinstance(spec.cluster, CreateCluster):
         return None
-    return chart(CHART).extra["image_tag_by_kubernetes"][spec.cluster.kubernetes_version]
+    return cluster_autoscaler_image_tags()[spec.cluster.kubernetes_version]
 
 
 def autoscaler_values(spec: StackSpec, cluster_name: pulumi.Input[str]) -> dict[str, Any]:

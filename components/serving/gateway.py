@@ -88,7 +88,7 @@ def picker_config(prefix_cache: bool) -> str:
 
 def picker_args(spec: StackSpec, model: ModelServiceSpec) -> list[str]:
     args = [
-        "--pool-name", names.model_service(model),
+        "--pool-name", names.client_service(model),
         "--pool-namespace", spec.serving_namespace,
         "--pool-group", INFERENCE_GROUP,
         "--config-file", f"/config/{EPP_CONFIG_FILE}",
@@ -164,7 +164,7 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
                         "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model.name}],
                     }
                 ],
-                "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.model_service(model)}],
+                "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.client_service(model)}],
                 "timeouts": {"request": f"{spec.gateway.request_timeout_seconds}s"},
             }
         ],
@@ -238,7 +238,7 @@ class ModelRoute(pulumi.ComponentResource):
             f"{name}-pool",
             api_version=INFERENCE_POOL_API_VERSION,
             kind="InferencePool",
-            metadata={"name": names.model_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
+            metadata={"name": names.client_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=inference_pool_spec(model),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[INFERENCE_GROUP]]),
         )
@@ -263,9 +263,9 @@ class ModelRoute(pulumi.ComponentResource):
             f"{name}-objective",
             api_version=OBJECTIVE_API_VERSION,
             kind="InferenceObjective",
-            metadata={"name": names.model_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
+            metadata={"name": names.client_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec={
-                "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.model_service(model)},
+                "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.client_service(model)},
                 "priority": pods.priority_value(spec, model.tier),
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[OBJECTIVE_GROUP], self.pool]),
@@ -274,13 +274,13 @@ class ModelRoute(pulumi.ComponentResource):
             f"{name}-route",
             api_version=GATEWAY_API_VERSION,
             kind="HTTPRoute",
-            metadata={"name": names.model_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
+            metadata={"name": names.client_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=http_route_spec(spec, model),
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*args.depends_on, args.crds[GATEWAY_GROUP], args.gateway, self.pool]
             ),
         )
-        self.register_outputs({"pool": names.model_service(model), "picker": picker})
+        self.register_outputs({"pool": names.client_service(model), "picker": picker})
 
 
 @dataclass(frozen=True)

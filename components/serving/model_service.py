@@ -151,7 +151,7 @@ def pod_spec(
         "env": env,
         "resources": pods.resources(millicores, memory, extended),
         "securityContext": pods.vllm_security_context(route.image),
-        "volumeMounts": pods.vllm_mounts(),
+        "volumeMounts": pods.vllm_mounts(route.image),
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
     }
     if role != "worker":
@@ -265,7 +265,7 @@ class ModelService(pulumi.ComponentResource):
             )
         self.service = Service(
             f"{name}-service",
-            metadata={"name": names.model_service(model), "namespace": namespace, "labels": labels},
+            metadata={"name": names.client_service(model), "namespace": namespace, "labels": labels},
             spec={
                 "type": "ClusterIP",
                 "selector": pool_selector(model),
@@ -277,8 +277,8 @@ class ModelService(pulumi.ComponentResource):
         )
         PodDisruptionBudget(
             f"{name}-pdb",
-            metadata={"name": names.model_service(model), "namespace": namespace, "labels": labels},
+            metadata={"name": names.client_service(model), "namespace": namespace, "labels": labels},
             spec={"maxUnavailable": 1, "selector": {"matchLabels": pods.selector_labels(model.name)}},
             opts=child,
         )
-        self.register_outputs({"workload": self.target.as_ref(), "service": names.model_service(model)})
+        self.register_outputs({"workload": self.target.as_ref(), "service": names.client_service(model)})

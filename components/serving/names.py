@@ -33,7 +33,7 @@ BODY_BASED_ROUTER = "body-based-router"
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
-def model_service(model: ModelServiceSpec) -> str:
+def client_service(model: ModelServiceSpec) -> str:
     """The ClusterIP Service clients call, whatever the topology: `http://<name>.<namespace>.svc:8000`.
 
     Also the name of its PodDisruptionBudget, ScaledObject, InferencePool, InferenceObjective and HTTPRoute.
@@ -80,58 +80,59 @@ class ObjectName:
     namespace: str
     kind: str
     name: str
-    path: str        # the spec field that brings the object into being
-    made_by: str     # who creates it, for the message
+    made_by: str             # who creates it, for the message
+    path: str | None = None  # the spec field whose name it derives from (renaming it renames the object);
+                             # None for the names the platform always takes
 
 
 def object_names(spec: StackSpec) -> Iterator[ObjectName]:
-    """Every named object of the serving and batch namespaces, each reserved whether or not an optional
-    feature (gateway, autoscaling) is on, so switching one on later cannot start a clash."""
+    """Every named object of the serving and batch namespaces. A service's objects are reserved whether or
+    not an optional feature (gateway, autoscaling) is on, so switching one on later cannot start a clash;
+    the platform's own (the gateway implementation's, the job queue's) follow what the stack installs."""
     serving, batch = spec.serving_namespace, spec.batch_namespace
-    stack = "the stack"
     for namespace in {serving, batch}:
-        yield ObjectName(namespace, "ServiceAccount", MODEL_READER_SERVICE_ACCOUNT, stack, "inferstack")
-    yield ObjectName(batch, "ServiceAccount", BATCH_RUNNER_SERVICE_ACCOUNT, stack, "inferstack")
-    yield ObjectName(serving, "ConfigMap", SERVING_DASHBOARD, stack, "inferstack")
-    yield ObjectName(serving, "PrometheusRule", SERVING_ALERTS, stack, "inferstack")
+        yield ObjectName(namespace, "ServiceAccount", MODEL_READER_SERVICE_ACCOUNT, "inferstack")
+    yield ObjectName(batch, "ServiceAccount", BATCH_RUNNER_SERVICE_ACCOUNT, "inferstack")
+    yield ObjectName(serving, "ConfigMap", SERVING_DASHBOARD, "inferstack")
+    yield ObjectName(serving, "PrometheusRule", SERVING_ALERTS, "inferstack")
     for monitor in (VLLM_POD_MONITOR, EPP_POD_MONITOR):
-        yield ObjectName(serving, "PodMonitor", monitor, stack, "inferstack")
-    yield ObjectName(serving, "Gateway", spec.gateway.name, "gateway.name", "inferstack")
+        yield ObjectName(serving, "PodMonitor", monitor, "inferstack")
+    yield ObjectName(serving, "Gateway", spec.gateway.name, "inferstack", "gateway.name")
     if spec.gateway.implementation == "istio":
         # Istio's automated deployment provisions `<Gateway>-<GatewayClass>` (istio.io, Kubernetes Gateway
         # API task, "Automated Deployment"); body-based routing runs beside it on Istio.
         proxy = f"{spec.gateway.name}-{spec.gateway.implementation}"
         for kind in ("Deployment", "Service", "ServiceAccount"):
-            yield ObjectName(serving, kind, proxy, "gateway.name", "Istio's gateway deployment")
+            yield ObjectName(serving, kind, proxy, "Istio's gateway deployment", "gateway.name")
         for kind in ("Deployment", "Service"):
-            yield ObjectName(serving, kind, BODY_BASED_ROUTER, "gateway", "the body-based-routing chart")
+            yield ObjectName(serving, kind, BODY_BASED_ROUTER, "the body-based-routing chart")
     for i, model in enumerate(spec.models):
         path = f"models[{i}].name"
         ours = f"model service {model.name!r}"
         kind = "LeaderWorkerSet" if model.pipeline_parallel > 1 else "Deployment"
-        yield ObjectName(serving, kind, workload(model), path, ours)
+        yield ObjectName(serving, kind, workload(model), ours, path)
         headless = lws_headless_service(model)
         if headless is not None:
-            yield ObjectName(serving, "Service", headless, path, f"the LeaderWorkerSet controller for {ours}")
+            yield ObjectName(serving, "Service", headless, f"the LeaderWorkerSet controller for {ours}", path)
         for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "InferenceObjective", "HTTPRoute"):
-            yield ObjectName(serving, kind, model_service(model), path, ours)
-        yield ObjectName(serving, "ConfigMap", prefetch_config_map(model.name), path, ours)
+            yield ObjectName(serving, kind, client_service(model), ours, path)
+        yield ObjectName(serving, "ConfigMap", prefetch_config_map(model.name), ours, path)
         picker = f"the endpoint picker of {ours}"
         for kind in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"):
-            yield ObjectName(serving, kind, endpoint_picker(model), path, picker)
+            yield ObjectName(serving, kind, endpoint_picker(model), picker, path)
     if spec.workers:
         for kind in ("Deployment", "Service"):
-            yield ObjectName(batch, kind, REDIS, "workers", "the job queue (Redis)")
+            yield ObjectName(batch, kind, REDIS, "the job queue (Redis)")
     for i, worker in enumerate(spec.workers):
         path, ours = f"workers[{i}].name", f"worker {worker.name!r}"
         for kind in ("Deployment", "ScaledObject"):
-            yield ObjectName(batch, kind, worker.name, path, ours)
-        yield ObjectName(batch, "ConfigMap", worker_program(worker), path, ours)
+            yield ObjectName(batch, kind, worker.name, ours, path)
+        yield ObjectName(batch, "ConfigMap", worker_program(worker), ours, path)
     for i, job in enumerate(spec.batch_jobs):
         path, ours = f"batch_jobs[{i}].name", f"batch job {job.name!r}"
-        yield ObjectName(batch, "Job", job.name, path, ours)
+        yield ObjectName(batch, "Job", job.name, ours, path)
         for name in (prefetch_config_map(job.name), batch_scripts(job)):
-            yield ObjectName(batch, "ConfigMap", name, path, ours)
+            yield ObjectName(batch, "ConfigMap", name, ours, path)
 
 
 def check_object_names(spec: StackSpec) -> None:
@@ -139,7 +140,7 @@ def check_object_names(spec: StackSpec) -> None:
     would get a name the API server refuses."""
     seen: dict[tuple[str, str, str], ObjectName] = {}
     for entry in object_names(spec):
-        if entry.kind == "Service" and not DNS_1035_LABEL.fullmatch(entry.name):
+        if entry.kind == "Service" and entry.path is not None and not DNS_1035_LABEL.fullmatch(entry.name):
             raise SpecError(
                 entry.path,
                 f"{entry.made_by} would need Service {entry.namespace}/{entry.name}, and a Service name must start "
@@ -150,9 +151,9 @@ def check_object_names(spec: StackSpec) -> None:
         first = seen.setdefault(key, entry)
         if first is entry:
             continue
-        path = entry.path if entry.path not in ("the stack", "workers", "gateway") else first.path
         raise SpecError(
-            path,
+            # The entry a rename fixes: the platform's own names never meet each other, only a spec entry.
+            entry.path or first.path or "models",
             f"{entry.made_by} and {first.made_by} would both need {entry.kind} {entry.namespace}/{entry.name}",
             "rename one of them",
         )

@@ -46,7 +46,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 ROLE_LABEL = "inferstack.dev/role"  # leader | worker, on the pods of a multi-node replica
 
-VLLM_HOME = "/home/vllm"
 WEIGHTS_SCRIPTS_MOUNT = "/opt/inferstack"  # the pre-fetch ConfigMap, in the vLLM container
 # Host share a pod may request: the rest of the node goes to the kubelet, system reserve and DaemonSets.
 HOST_SHARE = 0.75
@@ -282,14 +281,14 @@ def vllm_env(model: ModelServiceSpec, image: str) -> list[dict[str, Any]]:
 
     Weights come from the local cache, so without a token the Hub is never contacted.
     """
-    user = vllm_user(image).name
+    user = vllm_user(image)
     env: list[dict[str, Any]] = [
-        {"name": "HOME", "value": VLLM_HOME},
-        {"name": "USER", "value": user},
-        {"name": "LOGNAME", "value": user},
-        {"name": "HF_HOME", "value": f"{VLLM_HOME}/.cache/huggingface"},
-        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{VLLM_HOME}/.cache/torchinductor"},
-        {"name": "TRITON_CACHE_DIR", "value": f"{VLLM_HOME}/.cache/triton"},
+        {"name": "HOME", "value": user.home},
+        {"name": "USER", "value": user.name},
+        {"name": "LOGNAME", "value": user.name},
+        {"name": "HF_HOME", "value": f"{user.home}/.cache/huggingface"},
+        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{user.home}/.cache/torchinductor"},
+        {"name": "TRITON_CACHE_DIR", "value": f"{user.home}/.cache/triton"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
@@ -306,10 +305,10 @@ def pinned_weights(argv: list[str]) -> list[str]:
     return ["/bin/bash", f"{WEIGHTS_SCRIPTS_MOUNT}/{PIN_SCRIPT}", *argv]
 
 
-def vllm_mounts() -> list[dict[str, Any]]:
+def vllm_mounts(image: str) -> list[dict[str, Any]]:
     return [
         {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True},
         {"name": "prefetch", "mountPath": WEIGHTS_SCRIPTS_MOUNT, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "home", "mountPath": VLLM_HOME},
+        {"name": "home", "mountPath": vllm_user(image).home},  # an emptyDir over the image's own home
     ]

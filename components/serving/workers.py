@@ -60,7 +60,7 @@ def redis_address(spec: StackSpec) -> str:
 
 def model_url(spec: StackSpec, service: str) -> str:
     """The client Service of a model service (its own name, whether one node or several serve a replica)."""
-    return f"http://{names.model_service(spec.model_service(service))}.{spec.serving_namespace}.svc.cluster.local:{VLLM_PORT}"
+    return f"http://{names.client_service(spec.model_service(service))}.{spec.serving_namespace}.svc.cluster.local:{VLLM_PORT}"
 
 
 def list_names(worker: QueueWorkerSpec) -> tuple[str, str, str]:
@@ -348,7 +348,7 @@ class BatchJob(pulumi.ComponentResource):
             "env": pods.vllm_env(model, image),
             "resources": pods.resources(millicores, memory, pods.gpu_requests(model, hardware)),
             "securityContext": pods.vllm_security_context(image),
-            "volumeMounts": [*pods.vllm_mounts(), work_mount, script_mount],
+            "volumeMounts": [*pods.vllm_mounts(image), work_mount, script_mount],
         }
         pod_spec = {
             "restartPolicy": "Never",

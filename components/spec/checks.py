@@ -9,14 +9,14 @@ from collections import Counter
 from collections.abc import Iterable
 
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
-from inferstack.catalog.charts import chart
-from inferstack.conventions import GPU_TAINT_KEY
-from inferstack.catalog.models import MODELS, checkpoint_format, known_model_ids, model_facts
+from inferstack.aws.node_template import GPU_TAINT
+from inferstack.catalog.charts import cluster_autoscaler_image_tags
+from inferstack.catalog.models import MODELS, known_model_ids, model_facts
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
 from inferstack.spec.models import (
     AUTO,
     SIXTEEN_BIT,
-    CheckpointFormat,
+    catalog_stored_format,
     ModelServiceSpec,
     CreateCluster,
     MigSharing,
@@ -39,7 +39,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
     _check_gpu_operator(spec)
     _check_cluster(spec)
-    for i, model in enumerate(spec.models):
+    for i in range(len(spec.models)):
         _check_auto_fields(spec, i, pools)
         _check_quantization(spec, i)
     models = resolve_models(spec, pools)
@@ -92,8 +92,7 @@ def _check_quantization(spec: StackSpec, index: int) -> None:
     from inferstack.quantization import describe, refusal
 
     model = spec.models[index]
-    listed = checkpoint_format(model.model)
-    catalog = CheckpointFormat(**listed) if listed is not None else SIXTEEN_BIT if model.model in MODELS else None
+    catalog = catalog_stored_format(model.model) or (SIXTEEN_BIT if model.model in MODELS else None)
     if model.checkpoint_format is not None and catalog is not None and model.checkpoint_format != catalog:
         raise SpecError(
             f"models[{index}].checkpoint_format",
@@ -187,11 +186,12 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
     for j, taint in enumerate(pool.taints):
         # A node's taints are unique by key and effect (k8s.io/kubernetes pkg/apis/core/validation
         # validateNodeTaints); every GPU pool already carries nvidia.com/gpu=true:NoSchedule.
-        if (taint.key, taint.effect) in seen_taints or (taint.key, taint.effect) == (GPU_TAINT_KEY, "NoSchedule"):
+        if (taint.key, taint.effect) in seen_taints or (taint.key, taint.effect) == (GPU_TAINT.key, GPU_TAINT.effect):
             raise SpecError(
                 f"{path}.taints[{j}]",
                 f"taint {taint.key}:{taint.effect} is already on the pool's nodes"
-                + (" (inferstack taints every GPU node nvidia.com/gpu=true:NoSchedule)" if taint.key == GPU_TAINT_KEY else ""),
+                + (f" (inferstack taints every GPU node {GPU_TAINT.key}={GPU_TAINT.value}:{GPU_TAINT.effect})"
+                   if taint.key == GPU_TAINT.key else ""),
                 "remove it, or give it another key or effect",
             )
         seen_taints.add((taint.key, taint.effect))
@@ -352,7 +352,7 @@ def _check_cluster(spec: StackSpec) -> None:
     if not isinstance(cluster, CreateCluster):
         return
     _min_max("cluster.system_nodes", "min_nodes", cluster.system_nodes.min_nodes, "max_nodes", cluster.system_nodes.max_nodes)
-    tags = chart("cluster-autoscaler").extra["image_tag_by_kubernetes"]
+    tags = cluster_autoscaler_image_tags()
     if spec.platform.node_autoscaler == "cluster-autoscaler" and cluster.kubernetes_version not in tags:
         raise SpecError(
             "cluster.kubernetes_version",

@@ -396,16 +396,30 @@ class CheckpointFormat(Model):
         if (self.weight_bits, self.weight_type) not in kinds[self.quant_method]:
             allowed = ", ".join(f"{bits}-bit {kind}" for bits, kind in sorted(kinds[self.quant_method]))
             raise ValueError(
-                f"quant_method {self.quant_method!r} stores {allowed} weights, not {self.weight_bits}-bit {self.weight_type}"
+                f"quant_method {self.quant_method!r} stores {allowed} weights, not {self.weight_bits}-bit "
+                f"{self.weight_type}. To fix: set weight_bits and weight_type to one of those, or the quant_method "
+                "the checkpoint's quantization_config names"
             )
         if self.activation_bits == 8 and self.weight_bits != 8:
-            raise ValueError("activation_bits 8 (W8A8) needs weight_bits 8")
+            raise ValueError(
+                "activation_bits 8 (W8A8) needs weight_bits 8. To fix: set weight_bits 8, or drop activation_bits "
+                "for a weight-only checkpoint"
+            )
         if self.group_size is None and self.zero_points:
-            raise ValueError("zero_points are stored per group: set group_size")
+            raise ValueError(
+                "zero_points are stored per group. To fix: set group_size (e.g. 128, as the checkpoint's "
+                "quantization_config states), or zero_points false"
+            )
         return self
 
 
 SIXTEEN_BIT = CheckpointFormat()
+
+
+def catalog_stored_format(model_id: str) -> CheckpointFormat | None:
+    """A catalog checkpoint's stored format, typed; None for ids the catalog lists no format for."""
+    stored = catalog_checkpoint_format(model_id)
+    return None if stored is None else CheckpointFormat(**stored)
 
 
 class AutoscalingSpec(Model):
@@ -529,8 +543,7 @@ class ModelServiceSpec(Model):
         """How the checkpoint stores its weights: the spec's, else the catalog's, else 16-bit."""
         if self.checkpoint_format is not None:
             return self.checkpoint_format
-        stored = catalog_checkpoint_format(self.model)
-        return SIXTEEN_BIT if stored is None else CheckpointFormat(**stored)
+        return catalog_stored_format(self.model) or SIXTEEN_BIT
 
 
 # ----------------------------------------------------------------------------------------------- workers
