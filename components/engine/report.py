@@ -119,6 +119,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"  budget {_usd(totals['budget_usd_per_hour'])}/h: {'within' if within else '[red]OVER[/red]'}")
     if plan.get("decode_cost", {}).get("models"):
         print_decode_cost(plan["decode_cost"], console)
+    if plan.get("rollouts", {}).get("models"):
+        print_rollouts(plan["rollouts"], console)
     if plan.get("time_to_serving", {}).get("models"):
         print_time_to_serving(plan["time_to_serving"], console)
     if plan.get("policies"):
@@ -154,6 +156,37 @@ def print_decode_cost(decode: dict[str, Any], console: Console) -> None:
     for assumption in decode["assumptions"]:
         console.print(f"    - {assumption['name']} = {assumption['value']}: {assumption['why']}",
                       markup=False, highlight=False, soft_wrap=True)
+
+
+ROLLOUT_LABELS = {
+    "surge": "surge 1 (a spare replica fits at max)",
+    "one-at-a-time": "one at a time (no room at max)",
+    "downtime": "[red]one at a time: downtime[/red]",
+}
+
+
+def print_rollouts(rollouts: dict[str, Any], console: Console) -> None:
+    """Per service: how an update replaces replicas, what it costs in serving, and how to wait for it."""
+    table = Table(title="Rollouts on update (from each pool's room at max size)", title_justify="left")
+    for column in ("model", "workload", "strategy", "maxSurge/maxUnavailable", "pool free at max", "during an update"):
+        table.add_column(column)
+    for row in rollouts["models"]:
+        if row["downtime_seconds"] is not None:
+            effect = f"[red]down ~{duration(row['downtime_seconds'])}[/red] (one load time) while one replica runs"
+        elif row["strategy"] == "one-at-a-time":
+            effect = f"one replica fewer for ~{duration(row['load_seconds'])} per replica"
+        else:
+            effect = "no capacity lost"
+        free = ", ".join(f"{count} {name.removeprefix('nvidia.com/')}" for name, count in row["pool_free_at_max"].items())
+        table.add_row(
+            row["model"], row["workload"], ROLLOUT_LABELS[row["strategy"]],
+            f"{row['max_surge']}/{row['max_unavailable']}", free, effect,
+        )
+    console.print(table)
+    console.print(f"  pulumi up does not wait for rollouts: {rollouts['why']}", markup=False, highlight=False,
+                  soft_wrap=True)
+    for row in rollouts["models"]:
+        console.print(f"    {row['check']}", markup=False, highlight=False, soft_wrap=True)
 
 
 def print_time_to_serving(times: dict[str, Any], console: Console) -> None:

@@ -133,6 +133,50 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
     return rows
 
 
+def rollouts(spec: StackSpec) -> dict[str, Any]:
+    """Per service: the update strategy its pool's room at max size allows (inferstack.rollout), what an
+    update costs in serving, and how to wait for it, since `pulumi up` does not."""
+    from inferstack.rollout import rollout
+
+    rows = []
+    for model in spec.models:
+        plan = rollout(spec, model)
+        kind = "leaderworkerset" if model.pipeline_parallel > 1 else "deployment"
+        workload = f"{kind}/{names.workload(model)}"
+        timeout = f"--timeout={plan.check_timeout_seconds}s"
+        check = (   # LWS conditions: api/leaderworkerset/v1/leaderworkerset_types.go (UpdateInProgress)
+            f"kubectl -n {spec.serving_namespace} wait {workload} --for=condition=UpdateInProgress=False {timeout}"
+            if model.pipeline_parallel > 1
+            else f"kubectl -n {spec.serving_namespace} rollout status {workload} {timeout}"
+        )
+        rows.append(
+            {
+                "model": model.name,
+                "pool": model.pool,
+                "workload": workload,
+                "strategy": plan.kind,
+                "max_surge": plan.max_surge,
+                "max_unavailable": plan.max_unavailable,
+                "spare_replica_fits_at_max": plan.spare_replica_fits,
+                "replica_needs": plan.replica_needs,
+                "pool_free_at_max": plan.free_at_max,
+                "load_seconds": plan.load_seconds,
+                "downtime_seconds": plan.downtime_seconds,
+                "check": check,
+                "check_timeout_seconds": plan.check_timeout_seconds,
+            }
+        )
+    return {
+        "pulumi_up_waits": False,
+        "why": (
+            "workloads carry pulumi.com/skipAwait: a replacement may first wait for a GPU node scale-up and "
+            "then loads the model, so a rollout at max replicas can outlast a CI job; check it with the "
+            "command per service (timeout sized from its load time and max replicas)"
+        ),
+        "models": rows,
+    }
+
+
 def decode_costs(spec: StackSpec) -> dict[str, Any]:
     """$/1M output tokens of every model that states its traffic, with the model's assumptions."""
     from inferstack.decode_cost import ASSUMPTIONS, service_decode_cost
@@ -446,6 +490,7 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "budget_usd_per_hour": spec.budget.max_usd_per_hour,
         },
         "decode_cost": decode_costs(spec),
+        "rollouts": rollouts(spec),
         "time_to_serving": time_to_serving(spec, recording),
         "outputs": sorted(recording.outputs),
         "policies": policy_results(spec, recording),

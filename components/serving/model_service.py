@@ -27,6 +27,7 @@ from inferstack.conventions import (
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
 )
+from inferstack.rollout import rollout
 from inferstack.serving import names, pods
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
@@ -41,7 +42,8 @@ PROBE_PERIOD_SECONDS = 10
 PRE_STOP_SECONDS = 15
 TERMINATION_GRACE_SECONDS = 90
 # Pulumi would otherwise block `up` until GPU pods are Ready, which waits on node provisioning,
-# Kueue admission and model load; readiness is the probes' and KEDA's business.
+# Kueue admission and model load; readiness is the probes' and KEDA's business, and the plan prints
+# how to wait for a rollout (inferstack.rollout).
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 
@@ -220,15 +222,17 @@ class ModelService(pulumi.ComponentResource):
         metadata = {"name": names.workload(model), "namespace": namespace, "labels": {**labels, **queue_labels}}
         pod_labels = {**labels, **queue_labels}
         self.target = scale_target(model)
+        strategy = rollout(spec, model)   # surge only where a spare replica fits the pool at max size
         if model.pipeline_parallel > 1:
             group_annotations = efa_image_annotations(transport(model, hardware))
             self.workload = CustomResource(
                 f"{name}-lws",
                 api_version=LWS_API_VERSION,
                 kind="LeaderWorkerSet",
-                metadata=metadata,
+                metadata={**metadata, "annotations": dict(SKIP_AWAIT)},
                 spec={
                     "replicas": model.autoscaling.min_replicas,
+                    "rolloutStrategy": strategy.lws_strategy,
                     "startupPolicy": "LeaderCreated",
                     "leaderWorkerTemplate": {
                         "size": model.pipeline_parallel,
@@ -252,8 +256,7 @@ class ModelService(pulumi.ComponentResource):
                 spec={
                     "replicas": model.autoscaling.min_replicas,
                     "revisionHistoryLimit": 3,
-                    # A new pod must load the model before an old one leaves.
-                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "strategy": strategy.deployment_strategy,
                     "progressDeadlineSeconds": max(600, 2 * load_seconds(model) + 600),
                     "selector": {"matchLabels": pods.selector_labels(model.name)},
                     "template": {
