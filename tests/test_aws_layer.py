@@ -11,7 +11,6 @@ import yaml
 
 from aws_recording import ADMIN_ROLE, build, children, policy_documents, run
 from inferstack import conventions
-from inferstack.aws.network import subnet_layout
 from inferstack.engine.mocks import ADDON_VERSIONS
 from inferstack.engine.recorder import SECRET_SIG, SIG_KEY
 
@@ -322,14 +321,6 @@ def test_network_has_tagged_private_subnets_and_a_nat_per_zone(prod):
     assert all(s["tags"]["kubernetes.io/role/internal-elb"] == "1" for s in private)
     assert len(prod.of_type("aws:ec2/natGateway:NatGateway")) == 3
     assert endpoint["vpcEndpointType"] == "Gateway" and endpoint["serviceName"] == "com.amazonaws.us-east-1.s3"
-
-
-def test_subnet_layout_fills_the_vpc_without_overlap():
-    private, public = subnet_layout("10.0.0.0/16", 3)
-
-    assert private == ["10.0.0.0/18", "10.0.64.0/18", "10.0.128.0/18"]
-    assert public == ["10.0.192.0/20", "10.0.208.0/20", "10.0.224.0/20"]
-    assert subnet_layout("10.0.0.0/24", 3)[1] == ["10.0.0.192/28", "10.0.0.208/28", "10.0.0.224/28"]
 
 
 def test_every_resource_name_is_unique_and_tags_come_from_the_spec(prod):

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from inferstack.aws.foundation import check_resource_names
 from inferstack.aws.network import subnet_layout, subnets_in_zones
 from inferstack.catalog import instance_type
-from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.spec import NetworkSpec, SpecError, StackSpec, describe_validation_error
 
 
 def spec(*pools: dict, **changes) -> dict:
@@ -105,15 +105,15 @@ def test_distinct_pool_names_sharing_a_prefix_are_fine():
 
 def test_vpc_too_small_for_its_zones():
     with pytest.raises(SpecError) as caught:
-        subnet_layout("10.0.0.0/24", 4)
+        subnet_layout(NetworkSpec(vpc_cidr="10.0.0.0/24"), "us-east-1")
 
     assert caught.value.path == "cluster.network.vpc_cidr"
-    assert "public subnets would be /29, below AWS's /28 minimum" in caught.value.problem
+    assert "public subnet would be /30, below AWS's /28 minimum" in caught.value.problem
 
 
 def test_vpc_cidr_with_host_bits():
     with pytest.raises(SpecError, match="clear the host bits"):
-        subnet_layout("10.0.0.1/16", 3)
+        subnet_layout(NetworkSpec(vpc_cidr="10.0.0.1/16"), "us-east-1")
 
 
 def test_pool_zones_missing_from_existing_subnets():

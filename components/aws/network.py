@@ -9,40 +9,158 @@ touch NAT at all: an S3 gateway endpoint on the private route tables carries the
 from __future__ import annotations
 
 import ipaddress
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pulumi
 from pulumi_aws import ec2
 
 from inferstack.spec import NetworkSpec, SpecError
 
-MIN_SUBNET_PREFIX = 28  # AWS refuses subnets smaller than /28
+MIN_SUBNET_PREFIX = 28  # AWS refuses subnets smaller than /28 (EC2 API Reference, CreateSubnet)
+SLOT_BITS = 3  # the VPC in eighths: one private eighth per zone letter, the last eighth holds the public subnets
+ZONE_LETTERS = "abcdefg"  # one slot each; us-east-1, the largest region, has zones a to f
+NETWORK_PATH = "cluster.network"
 
 
 def default_zones(region: str) -> list[str]:
     return [f"{region}{letter}" for letter in "abc"]
 
 
-def subnet_layout(vpc_cidr: str, zone_count: int) -> tuple[list[str], list[str]]:
-    """(private, public) CIDRs: equal large private blocks, public subnets carved from the last block."""
-    try:
-        vpc = ipaddress.ip_network(vpc_cidr)
-    except ValueError as error:
-        raise SpecError("cluster.network.vpc_cidr", f"{vpc_cidr!r} is not a network address ({error})",
-                        "clear the host bits, e.g. 10.0.0.0/16") from None
-    bits = max(1, math.ceil(math.log2(zone_count + 1)))
-    blocks = list(vpc.subnets(prefixlen_diff=bits))
-    public = list(blocks[-1].subnets(prefixlen_diff=math.ceil(math.log2(zone_count))))[:zone_count]
-    if public[0].prefixlen > MIN_SUBNET_PREFIX:
+@dataclass(frozen=True)
+class ZoneSubnets:
+    """The CIDRs of one zone's private and public subnet."""
+
+    private: str
+    public: str
+
+
+def check_network(spec: NetworkSpec, region: str) -> None:
+    """The subnets the program will create fit the VPC and each other; explicit CIDRs need a VPC of our own."""
+    if not spec.existing_subnet_ids:
+        subnet_layout(spec, region)
+    elif spec.subnet_cidrs:
         raise SpecError(
-            "cluster.network.vpc_cidr",
-            f"{vpc_cidr} is too small for {zone_count} zones: public subnets would be /{public[0].prefixlen}, "
-            f"below AWS's /{MIN_SUBNET_PREFIX} minimum",
-            "use a larger VPC such as a /20 or list fewer availability_zones",
+            f"{NETWORK_PATH}.subnet_cidrs",
+            f"sets CIDRs for {', '.join(spec.subnet_cidrs)}, but existing_subnet_ids means no subnet is created",
+            "remove subnet_cidrs, or existing_subnet_ids to create the VPC",
         )
-    return [str(b) for b in blocks[:zone_count]], [str(p) for p in public]
+
+
+def subnet_layout(spec: NetworkSpec, region: str) -> dict[str, ZoneSubnets]:
+    """Zone -> its subnets' CIDRs, each zone in the fixed slot of its letter unless `subnet_cidrs` names its blocks.
+
+    A subnet's `cidr_block` forces replacement (terraform-provider-aws internal/service/ec2/vpc_subnet.go), so a
+    zone's addresses depend on nothing but the VPC and the zone itself: adding, removing or reordering zones leaves
+    every other subnet alone. Zone a's private subnet is the VPC's first eighth, b's the second, up to g's seventh;
+    the last eighth is cut into eighths again for the public subnets. Private subnets get the room: vpc-cni gives
+    every pod a VPC address, so a /16 gives each zone 8,187 node and pod addresses and 1,019 for NAT and load
+    balancers.
+
+    Slots go by zone name, not AZ ID: an account's name-to-zone mapping never changes, so a name's slot is as stable
+    as an ID's, and names are known from the spec alone, so spec checks and an offline diff see the real CIDRs,
+    while AZ IDs are only known by asking the account. Zone names differ between accounts only in the oldest
+    regions, for accounts created before November 2025 (AWS "AZ IDs"), which matters when matching physical zones
+    across accounts; this program places one account's VPC.
+    """
+    vpc = _network(spec.vpc_cidr, f"{NETWORK_PATH}.vpc_cidr")
+    zones = spec.availability_zones or default_zones(region)
+    for zone in spec.subnet_cidrs:
+        if zone not in zones:
+            raise SpecError(
+                f"{NETWORK_PATH}.subnet_cidrs.{zone}",
+                f"{zone} is not one of the network's zones ({', '.join(zones)})",
+                "add it to cluster.network.availability_zones or remove its subnet_cidrs entry",
+            )
+    layout = {
+        zone: _explicit(spec, zone, vpc) if zone in spec.subnet_cidrs else _slot(vpc, zone, j)
+        for j, zone in enumerate(zones)
+    }
+    _refuse_overlaps(spec, layout)
+    return layout
+
+
+def _network(cidr: str, path: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(cidr)
+    except ValueError as error:
+        try:
+            fix = f"clear the host bits, e.g. {ipaddress.IPv4Interface(cidr).network}"
+        except ValueError:
+            fix = "write an IPv4 network such as 10.0.0.0/16"
+        raise SpecError(path, f"{cidr!r} is not a network address ({error})", fix) from None
+
+
+def _slot(vpc: ipaddress.IPv4Network, zone: str, index: int) -> ZoneSubnets:
+    letter = zone[-1]
+    if letter not in ZONE_LETTERS:
+        raise SpecError(
+            f"{NETWORK_PATH}.availability_zones[{index}]",
+            f"{zone} has no address slot: slots exist for zone letters {ZONE_LETTERS[0]} to {ZONE_LETTERS[-1]}",
+            f"give it explicit blocks in cluster.network.subnet_cidrs.{zone}",
+        )
+    public_prefix = vpc.prefixlen + 2 * SLOT_BITS
+    if public_prefix > MIN_SUBNET_PREFIX:
+        raise SpecError(
+            f"{NETWORK_PATH}.vpc_cidr",
+            f"{vpc} is too small for zone slots: {zone}'s public subnet would be /{public_prefix}, "
+            f"below AWS's /{MIN_SUBNET_PREFIX} minimum",
+            f"use a /{MIN_SUBNET_PREFIX - 2 * SLOT_BITS} or larger VPC (a /16 gives each zone a /19 private and a /22 "
+            f"public subnet), or set cluster.network.subnet_cidrs for every zone",
+        )
+    slot = ZONE_LETTERS.index(letter)
+    eighths = list(vpc.subnets(prefixlen_diff=SLOT_BITS))
+    publics = list(eighths[-1].subnets(prefixlen_diff=SLOT_BITS))
+    return ZoneSubnets(private=str(eighths[slot]), public=str(publics[slot]))
+
+
+def _explicit(spec: NetworkSpec, zone: str, vpc: ipaddress.IPv4Network) -> ZoneSubnets:
+    blocks = spec.subnet_cidrs[zone]
+    for role in ("private", "public"):
+        path = f"{NETWORK_PATH}.subnet_cidrs.{zone}.{role}"
+        block = _network(getattr(blocks, role), path)
+        if block.prefixlen > MIN_SUBNET_PREFIX:
+            raise SpecError(path, f"{block} is smaller than AWS's /{MIN_SUBNET_PREFIX} subnet minimum",
+                            f"use a /{MIN_SUBNET_PREFIX} or larger block")
+        if not block.subnet_of(vpc):
+            raise SpecError(
+                path, f"{block} is not inside the VPC {vpc}", "pick a block inside cluster.network.vpc_cidr"
+            )
+    return ZoneSubnets(private=blocks.private, public=blocks.public)
+
+
+class _Block(NamedTuple):
+    network: ipaddress.IPv4Network
+    zone: str
+    role: str  # private or public
+    explicit: bool  # from subnet_cidrs, not the zone's slot
+
+    def describe(self) -> str:
+        return f"{self.network}, {self.zone}'s {self.role} {'block' if self.explicit else 'slot'}"
+
+
+def _refuse_overlaps(spec: NetworkSpec, layout: dict[str, ZoneSubnets]) -> None:
+    """No two subnets share an address: EC2 refuses a subnet that overlaps another in its VPC.
+
+    Slots never overlap each other, so of two overlapping blocks one is explicit: the error points at it (the later one
+    when both are).
+    """
+    blocks = [
+        _Block(ipaddress.IPv4Network(getattr(subnets, role)), zone, role, zone in spec.subnet_cidrs)
+        for zone, subnets in layout.items()
+        for role in ("private", "public")
+    ]
+    for i, first in enumerate(blocks):
+        for second in blocks[i + 1:]:
+            if first.network.overlaps(second.network):
+                mine, theirs = (second, first) if second.explicit else (first, second)
+                raise SpecError(
+                    f"{NETWORK_PATH}.subnet_cidrs.{mine.zone}.{mine.role}",
+                    f"{mine.network} overlaps {theirs.describe()}",
+                    "pick a block that overlaps no other subnet (a zone's slot is free while that zone is "
+                    "absent or has subnet_cidrs of its own)",
+                )
 
 
 @dataclass(frozen=True)
@@ -61,8 +179,7 @@ class Network(pulumi.ComponentResource):
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:aws:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        zones = args.spec.availability_zones or default_zones(args.region)
-        private_cidrs, public_cidrs = subnet_layout(args.spec.vpc_cidr, len(zones))
+        layout = subnet_layout(args.spec, args.region)
 
         vpc = ec2.Vpc(
             f"{name}-vpc",
@@ -83,11 +200,11 @@ class Network(pulumi.ComponentResource):
 
         self.private_subnets = {}
         private_route_tables = []
-        for zone, private_cidr, public_cidr in zip(zones, private_cidrs, public_cidrs):
+        for zone, cidrs in layout.items():
             public = ec2.Subnet(
                 f"{name}-public-{zone}",
                 vpc_id=vpc.id,
-                cidr_block=public_cidr,
+                cidr_block=cidrs.public,
                 availability_zone=zone,
                 tags={"Name": f"{name}-public-{zone}", "kubernetes.io/role/elb": "1"},
                 opts=child,
@@ -113,7 +230,7 @@ class Network(pulumi.ComponentResource):
             private = ec2.Subnet(
                 f"{name}-private-{zone}",
                 vpc_id=vpc.id,
-                cidr_block=private_cidr,
+                cidr_block=cidrs.private,
                 availability_zone=zone,
                 tags={
                     "Name": f"{name}-private-{zone}",

@@ -54,12 +54,11 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
 def _check_aws_names(spec: StackSpec) -> None:
     """The AWS layer's naming and subnet rules, checked here so a bad spec stops before anything is created."""
     from inferstack.aws.foundation import check_resource_names
-    from inferstack.aws.network import default_zones, subnet_layout
+    from inferstack.aws.network import check_network
 
     check_resource_names(spec)
-    cluster = spec.cluster
-    if isinstance(cluster, CreateCluster) and not cluster.network.existing_subnet_ids:
-        subnet_layout(cluster.network.vpc_cidr, len(cluster.network.availability_zones or default_zones(spec.region)))
+    if isinstance(spec.cluster, CreateCluster):
+        check_network(spec.cluster.network, spec.region)
 
 
 def _check_object_names(spec: StackSpec) -> None:

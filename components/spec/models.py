@@ -33,18 +33,38 @@ class Model(BaseModel):
 # --------------------------------------------------------------------------------------------- cluster
 
 
+ZoneName = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")]
+Ipv4Cidr = Annotated[str, StringConstraints(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
+
+
+class ZoneSubnetCidrs(Model):
+    """One zone's subnet CIDRs, chosen by hand instead of the zone's slot (e.g. addresses a VPC already has)."""
+
+    private: Ipv4Cidr = Field(description="CIDR of the zone's private (node) subnet, inside vpc_cidr. Required.")
+    public: Ipv4Cidr = Field(
+        description="CIDR of the zone's public (NAT, load balancer) subnet, inside vpc_cidr. Required."
+    )
+
+
 class NetworkSpec(Model):
     """The VPC the platform creates, or existing subnets to place it in."""
 
     vpc_cidr: str = Field(
         "10.0.0.0/16",
         pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-4])$",
-        description="CIDR of the VPC to create (/16 to /24). Defaults to 10.0.0.0/16.",
+        description="CIDR of the VPC to create (/16 to /24). Each zone letter a-g has fixed slots: its private "
+        "subnet is one eighth of the VPC (a /19 of a /16), its public subnet one sixty-fourth (a /22); slots need a "
+        "/22 or larger VPC, a smaller one needs subnet_cidrs for every zone. Defaults to 10.0.0.0/16.",
     )
-    availability_zones: list[Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")]] = Field(
+    availability_zones: list[ZoneName] = Field(
         default_factory=list,
-        description="Zones for private subnets, e.g. ['us-east-1a', 'us-east-1b']. "
-        "Defaults to the first three zones of the region (a, b, c).",
+        description="Zones for private subnets, e.g. ['us-east-1a', 'us-east-1b']; adding or removing one leaves "
+        "the other zones' subnets as they are. Defaults to the first three zones of the region (a, b, c).",
+    )
+    subnet_cidrs: dict[ZoneName, ZoneSubnetCidrs] = Field(
+        default_factory=dict,
+        description="Explicit subnet CIDRs per zone, in place of the zone's slot, e.g. to keep the addresses of "
+        "subnets created before zone slots. Defaults to none: every zone uses its slot.",
     )
     existing_subnet_ids: list[Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = Field(
         default_factory=list,
