@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from inferstack import conventions
+from inferstack.aws.node_template import TEMPLATE_PREFIX
 from inferstack.catalog import instance_type
 from inferstack.engine import run_stack
 from inferstack.engine.policy_runner import run_policies
@@ -138,7 +139,7 @@ def eks_asg_tags(group: Registration, cluster: str) -> dict[str, str]:
 def asg_tags(recording: Recording, group: Registration) -> dict[str, str]:
     tags = {}
     for tag in recording.of_type(ASG_TAG):
-        if group.name in tag.depends_on:
+        if group.name in tag.depends_on and tag.inputs["tag"]["key"].startswith(TEMPLATE_PREFIX):
             assert tag.inputs["tag"]["propagateAtLaunch"] is False, f"{tag.name}: a template tag need not reach instances"
             tags[tag.inputs["tag"]["key"]] = tag.inputs["tag"]["value"]
     return tags

@@ -11,7 +11,8 @@ import yaml
 
 from aws_recording import ADMIN_ROLE, build, children, policy_documents, run
 from inferstack import conventions
-from inferstack.engine.mocks import ADDON_VERSIONS
+from inferstack.aws.node_pool import launch_template_suffix, plan_node_groups
+from inferstack.catalog.charts import eks_addon_versions
 from inferstack.engine.recorder import SECRET_SIG, SIG_KEY
 
 moto = pytest.importorskip("moto", reason="moto (test extra) ships AWS's EC2 instance data")
@@ -27,6 +28,12 @@ def prod():
     return run(build())
 
 
+def pool_template(recording, pool: str):
+    """The launch template of the pool's first node group (each group has its own)."""
+    (spec,) = [p for p in build().node_pools if p.name == pool]
+    return recording.named(f"prod-{pool}-{launch_template_suffix(plan_node_groups(spec)[0])}")
+
+
 def node_groups(recording, pool: str) -> dict[str, dict]:
     """The pool's node groups by capacity type."""
     return {g.inputs["capacityType"]: g.inputs for g in children(recording, f"prod-{pool}", NODE_GROUP)}
@@ -38,7 +45,7 @@ def node_groups(recording, pool: str) -> dict[str, dict]:
 @pytest.mark.parametrize("pool", sorted(EFA_POOLS))
 def test_efa_launch_template_has_one_efa_interface_per_network_card(prod, pool):
     cards = EC2_INSTANCE_TYPES[EFA_POOLS[pool]]["NetworkInfo"]["MaximumNetworkCards"]
-    interfaces = prod.named(f"prod-{pool}-launch-template").inputs["networkInterfaces"]
+    interfaces = pool_template(prod, pool).inputs["networkInterfaces"]
 
     layout = [(i["networkCardIndex"], i["deviceIndex"], i["interfaceType"]) for i in interfaces]
     assert layout[0] == (0, 0, "interface")
@@ -51,7 +58,7 @@ def test_efa_launch_template_has_one_efa_interface_per_network_card(prod, pool):
 def test_efa_counts_are_aws_data(prod):
     counts = {
         EFA_POOLS[pool]: sum(
-            i["interfaceType"] == "efa-only" for i in prod.named(f"prod-{pool}-launch-template").inputs["networkInterfaces"]
+            i["interfaceType"] == "efa-only" for i in pool_template(prod, pool).inputs["networkInterfaces"]
         )
         for pool in EFA_POOLS
     }
@@ -68,7 +75,7 @@ def test_efa_security_group_lets_pool_nodes_reach_each_other(prod, pool):
     for rule in (ingress, egress):
         assert rule["ipProtocol"] == "-1"
         assert rule["securityGroupId"] == rule["referencedSecurityGroupId"] == efa_group
-    interfaces = prod.named(f"{name}-launch-template").inputs["networkInterfaces"]
+    interfaces = pool_template(prod, pool).inputs["networkInterfaces"]
     cluster_group = prod.outputs["cluster_security_group_id"]
     assert all(i["securityGroups"] == [cluster_group, efa_group] for i in interfaces)
 
@@ -77,7 +84,7 @@ def test_efa_security_group_lets_pool_nodes_reach_each_other(prod, pool):
 def test_efa_pool_launches_into_its_cluster_placement_group(prod, pool):
     name = f"prod-{pool}"
     group = prod.named(f"{name}-placement")
-    template = prod.named(f"{name}-launch-template")
+    template = pool_template(prod, pool)
 
     assert group.inputs["strategy"] == "cluster"
     assert template.inputs["placement"]["groupName"].startswith(f"{name}-placement")
@@ -95,7 +102,7 @@ def test_efa_node_groups_stay_in_the_pool_s_first_zone(prod):
 
 
 def test_pools_without_efa_have_no_interfaces_and_span_every_zone(prod):
-    template = prod.named("prod-l4-launch-template").inputs
+    template = pool_template(prod, "l4").inputs
 
     assert "networkInterfaces" not in template and "placement" not in template
     assert all(len(g.inputs["subnetIds"]) == 3 for g in children(prod, "prod-l4", NODE_GROUP))
@@ -131,14 +138,18 @@ def test_batch_pool_can_be_all_spot(prod):
     assert groups["SPOT"]["scalingConfig"] == {"minSize": 0, "maxSize": 3, "desiredSize": 0}
 
 
-def test_every_gpu_node_group_uses_its_pool_launch_template_and_ami(prod):
+def test_every_gpu_node_group_uses_a_launch_template_of_its_own_and_the_gpu_ami(prod):
+    """Each group has its own template: a new template version rolls every group that uses it."""
     templates = {r.name for r in prod.of_type(LAUNCH_TEMPLATE)}
-
-    for group in prod.of_type(NODE_GROUP):
-        if group.parent == "prod-eks":
-            continue
-        assert group.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
-        assert f"{group.parent}-launch-template" in templates & set(group.depends_on)
+    used = []
+    for pool in build().node_pools:
+        for plan in plan_node_groups(pool):
+            group = prod.named(f"prod-{pool.name}-{plan.suffix}")
+            template = f"prod-{pool.name}-{launch_template_suffix(plan)}"
+            assert group.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
+            assert template in templates & set(group.depends_on)
+            used.append(template)
+    assert len(used) == len(set(used))
 
 
 # ------------------------------------------------------------------------------------------ NVMe cache
@@ -153,7 +164,7 @@ def decoded_node_config(user_data: str) -> dict:
 
 @pytest.mark.parametrize(("pool", "strategy"), [("h100", "RAID0"), ("l4", "RAID0"), ("mig", "RAID10")])
 def test_user_data_assembles_the_instance_store(prod, pool, strategy):
-    config = decoded_node_config(prod.named(f"prod-{pool}-launch-template").inputs["userData"])
+    config = decoded_node_config(pool_template(prod, pool).inputs["userData"])
 
     assert config["apiVersion"] == "node.eks.aws/v1alpha1"
     assert config["kind"] == "NodeConfig"
@@ -165,7 +176,7 @@ def test_pool_without_nvme_cache_gets_no_user_data():
     pools = [{**p.model_dump(), "nvme_cache": False} if p.name == "h200" else p.model_dump() for p in spec.node_pools]
     recording = run(build({"node_pools": pools}))
 
-    assert "userData" not in recording.named("prod-h200-launch-template").inputs
+    assert "userData" not in pool_template(recording, "h200").inputs
 
 
 # -------------------------------------------------------------------------------------- labels, taints
@@ -281,7 +292,7 @@ def test_cluster_uses_api_access_entries_and_managed_addons(prod):
     assert cluster["name"] == "prod-inference" and cluster["version"] == build().cluster.kubernetes_version
     assert cluster["accessConfig"]["authenticationMode"] == "API"
     assert cluster["bootstrapSelfManagedAddons"] is False
-    assert addons == {name: ADDON_VERSIONS[name] for name in ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")}
+    assert addons == eks_addon_versions()[build().cluster.kubernetes_version]
     assert entry["principalArn"] == association["principalArn"] == ADMIN_ROLE
     assert association["policyArn"].endswith(":cluster-access-policy/AmazonEKSClusterAdminPolicy")
     assert association["accessScope"] == {"type": "cluster"}

@@ -233,3 +233,122 @@ def test_a_capacity_block_brings_its_own_placement_while_the_burst_group_keeps_t
     report = run_policies([r.as_dict() for r in block_recording.resources], "prod")
     efa = next(p for p in report if p.name == "efa-placement-and-security-group")
     assert efa.violations == []
+
+
+# ------------------------------------------------------------------------------ what an edit rolls
+
+LAUNCH_TEMPLATE_TYPE = "aws:ec2/launchTemplate:LaunchTemplate"
+NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
+
+
+def gpu_inputs(recording, prefix: str = "prod-") -> dict[str, dict]:
+    """Inputs of every GPU pool's launch templates and node groups, by resource name."""
+    return {
+        r.name: r.inputs
+        for r in recording.resources
+        if r.type in (LAUNCH_TEMPLATE_TYPE, NODE_GROUP_TYPE) and r.parent != "prod-eks" and r.name.startswith(prefix)
+    }
+
+
+def prod_with(**changes):
+    from aws_recording import build as build_prod
+
+    return build_prod(changes)
+
+
+def on_version(version: str):
+    """prod on another Kubernetes minor; 1.31 has no cluster-autoscaler image in the catalog, so no autoscaler."""
+    base = prod_with()
+    return prod_with(
+        cluster={**base.cluster.model_dump(mode="json", exclude_unset=True), "kubernetes_version": version},
+        platform={**base.platform.model_dump(mode="json", exclude_unset=True), "node_autoscaler": "none"},
+    )
+
+
+def pools_with(edit):
+    spec = prod_with().model_dump(mode="json", exclude_unset=True)
+    return [edit(p) for p in spec["node_pools"]]
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return run(prod_with())
+
+
+def test_an_organisation_tag_change_rolls_no_node(baseline):
+    """A launch template change makes a template version, and a new version rolls every group using it
+    (terraform-provider-aws internal/service/eks/node_group.go: a launch_template version change calls
+    UpdateNodegroupVersion; EKS User Guide managed-node-update-behavior). Org tags reach instances through
+    their Auto Scaling group instead."""
+    tagged = run(prod_with(tags={**prod_with().tags, "cost-center": "ml-42"}))
+    assert gpu_inputs(tagged) == gpu_inputs(baseline)
+    asg_tags = [t.inputs["tag"] for t in tagged.of_type("aws:autoscaling/tag:Tag") if t.inputs["tag"]["key"] == "cost-center"]
+    assert asg_tags and all(t["propagateAtLaunch"] is True and t["value"] == "ml-42" for t in asg_tags)
+
+
+def test_one_pools_change_leaves_every_other_pools_templates_and_groups_alone(baseline):
+    """Each pool, and each group in it, has a template of its own, and no template names other pools."""
+    first = prod_with().node_pools[0].name
+    edited = run(prod_with(node_pools=pools_with(lambda p: {**p, "disk_size_gib": 500} if p["name"] == first else p)))
+    before, after = gpu_inputs(baseline), gpu_inputs(edited)
+    changed = {n for n in before if before[n] != after[n]}
+    assert changed and all(n.startswith(f"prod-{first}-") for n in changed)
+
+
+def test_reordering_instance_types_leaves_node_groups_equal():
+    """instance_types is ForceNew on aws_eks_node_group (terraform-provider-aws
+    internal/service/eks/node_group.go, a TypeList): a reorder that changes no priority must give the same
+    list. Only the primary type (first: On-Demand is `prioritized`, EKS User Guide managed-node-groups)
+    keeps its place."""
+    spot = pool(instance_types=["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"])
+    reordered = pool(instance_types=["p5.48xlarge", "p5en.48xlarge", "p5e.48xlarge"])
+    assert plan_node_groups(spot) == plan_node_groups(reordered)
+    on_demand = {"capacity": {"on_demand_base": 1, "spot": False}}
+    assert plan_node_groups(pool(instance_types=["p5.48xlarge", "p5en.48xlarge", "p5e.48xlarge"], **on_demand)) == (
+        plan_node_groups(pool(instance_types=["p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"], **on_demand))
+    )
+    assert plan_node_groups(pool(**on_demand))[0].instance_types == ("p5.48xlarge",)  # the primary
+
+
+def test_bumping_the_kubernetes_version_moves_every_node_group(baseline):
+    """`version` on aws_eks_node_group is Optional+Computed (node_group.go): unset, a control plane upgrade
+    leaves the nodes behind; set from the spec, every group, the system group included, follows."""
+    def versions(recording):
+        return {g.name: g.inputs["version"] for g in recording.of_type(NODE_GROUP_TYPE)}
+
+    assert set(versions(baseline).values()) == {"1.36"}
+    older = run(on_version("1.31"))
+    assert set(versions(older)) == set(versions(baseline)) and set(versions(older).values()) == {"1.31"}
+
+
+def test_gpu_groups_update_one_node_at_a_time_without_forcing_evictions(baseline):
+    """EKS fails a node update whose evictions stay blocked for 15 minutes unless forced (EKS User Guide
+    managed-node-update-behavior): never force past a PodDisruptionBudget; reserved capacity has no spare
+    instance, so its groups update with MINIMAL."""
+    for group in baseline.of_type(NODE_GROUP_TYPE):
+        if group.parent == "prod-eks":
+            continue
+        assert group.inputs["forceUpdateVersion"] is False
+        assert group.inputs["updateConfig"]["maxUnavailable"] == 1
+        expected = "DEFAULT" if group.inputs["capacityType"] == "SPOT" or "reserved" not in group.name else "MINIMAL"
+        assert group.inputs["updateConfig"]["updateStrategy"] == expected
+
+
+def test_addon_versions_come_from_the_catalog_per_minor():
+    """Pinned per minor (catalog/eks_addons.json, EKS User Guide managing-vpc-cni/managing-coredns/
+    managing-kube-proxy tables): no invoke asks EKS for the newest."""
+    from inferstack.catalog.charts import eks_addon_versions
+
+    spec = on_version("1.31")
+    addons = {a.inputs["addonName"]: a.inputs["addonVersion"] for a in run(spec).of_type("aws:eks/addon:Addon")}
+    assert addons == eks_addon_versions()["1.31"]
+    assert addons != eks_addon_versions()["1.36"]
+
+
+def test_a_kubernetes_version_without_addon_pins_is_refused():
+    from inferstack.spec import SpecError
+
+    with pytest.raises(SpecError) as caught:
+        on_version("1.30")
+    assert caught.value.path == "cluster.kubernetes_version"
+    assert "pins no" in str(caught.value) and "1.31, 1.36" in str(caught.value)

@@ -234,7 +234,7 @@ def test_efa_pool_needs_its_self_referencing_security_group_rule(tmp_path, capsy
     code, report = check(resources, tmp_path, capsys)
     assert code == 1 and failing(report) == {"efa-placement-and-security-group"}
     assert (
-        "launch template prod-h100-launch-template (node groups prod-h100-on-demand, prod-h100-spot) attaches 32 EFA "
+        "launch template prod-h100-on-demand-launch-template (node groups prod-h100-on-demand) attaches 32 EFA "
         "interfaces but none of its security groups allows all ingress traffic from itself. To fix: add a "
         "vpc.SecurityGroupIngressRule" in messages(report, "efa-placement-and-security-group")
     )

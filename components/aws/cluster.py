@@ -1,8 +1,8 @@
 """The EKS control plane the stack creates: cluster role, access entries, core add-ons, system nodes, kubeconfig.
 
 The cluster starts without self-managed add-ons; vpc-cni, kube-proxy, CoreDNS and the Pod Identity
-agent are EKS managed add-ons at the version EKS reports as latest for the Kubernetes version, so
-upgrades are one spec change. Authentication is API-only: access entries, no aws-auth ConfigMap.
+agent are EKS managed add-ons at the versions the catalog pins for the Kubernetes minor
+(catalog/eks_addons.json), so they move only with a cluster version bump. Authentication is API-only: access entries, no aws-auth ConfigMap.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import yaml
 from pulumi_aws import eks
 
 from inferstack.aws import iam as policies
+from inferstack.catalog.charts import eks_addon_versions
 from inferstack.spec import CreateCluster, StackSpec
 
 # Add-ons a node needs before it turns Ready (CNI, service routing, pod credentials).
@@ -26,6 +27,9 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 SYSTEM_DISK_GIB = 50  # room for controller images beyond EKS's 20 GiB default
 DESIRED_SIZE = "scalingConfig.desiredSize"  # owned by the node autoscaler once the group exists
 CLUSTER_ROLE = "cluster-role"
+# What the CI role that runs `pulumi preview` gets: read-only, no Secrets (EKS User Guide, "Review access
+# policy permissions", https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html).
+CI_ACCESS_POLICY = "AmazonEKSViewPolicy"
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class ClusterRef:
     security_group_id: pulumi.Output[str]
     vpc_id: pulumi.Output[str]
     subnet_ids: pulumi.Output[list[str]]
+    kubernetes_version: pulumi.Output[str]  # every node group runs the control plane's version
     # Resources nodes must wait for (core add-ons); empty for an existing cluster, which has them.
     node_prerequisites: Sequence[pulumi.Resource] = field(default_factory=tuple)
 
@@ -104,7 +109,6 @@ class EksCluster(pulumi.ComponentResource):
         cluster_spec = spec.cluster
         if not isinstance(cluster_spec, CreateCluster):
             raise TypeError("EksCluster creates clusters; an existing cluster is read by AwsFoundation")
-        child = pulumi.ResourceOptions(parent=self)
 
         role, role_attachments = policies.service_role(
             f"{name}-{CLUSTER_ROLE}",
@@ -123,29 +127,21 @@ class EksCluster(pulumi.ComponentResource):
                 subnet_ids=list(args.subnet_ids),
                 endpoint_private_access=True,
                 endpoint_public_access=cluster_spec.endpoint_public_access,
+                # Never left unset on a public endpoint: EKS would open it to 0.0.0.0/0 (the spec refuses that).
                 public_access_cidrs=cluster_spec.public_access_cidrs if cluster_spec.endpoint_public_access else None,
             ),
             access_config=eks.ClusterAccessConfigArgs(
                 authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True
             ),
             bootstrap_self_managed_addons=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=role_attachments),
+            # Deleting or replacing the cluster takes every workload with it: only a stack marked for teardown may.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role_attachments, protect=not spec.teardown),
         )
 
-        admin_policy = policies.eks_access_policy_arn(args.partition, policies.CLUSTER_ADMIN_ACCESS_POLICY)
         for role_arn in cluster_spec.admin_role_arns:
-            slug = _role_slug(role_arn)
-            entry = eks.AccessEntry(
-                f"{name}-admin-{slug}", cluster_name=cluster.name, principal_arn=role_arn, type="STANDARD", opts=child
-            )
-            eks.AccessPolicyAssociation(
-                f"{name}-admin-{slug}-policy",
-                cluster_name=cluster.name,
-                principal_arn=role_arn,
-                policy_arn=admin_policy,
-                access_scope=eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
-            )
+            self._access_entry(f"{name}-admin", cluster, role_arn, policies.CLUSTER_ADMIN_ACCESS_POLICY, args.partition)
+        for role_arn in cluster_spec.ci_role_arns:
+            self._access_entry(f"{name}-ci", cluster, role_arn, CI_ACCESS_POLICY, args.partition)
 
         node_addons = [self._addon(name, cluster, addon, cluster_spec.kubernetes_version) for addon in NODE_ADDONS]
         system = cluster_spec.system_nodes
@@ -154,6 +150,7 @@ class EksCluster(pulumi.ComponentResource):
             cluster_name=cluster.name,
             node_role_arn=args.node_role_arn,
             subnet_ids=list(args.subnet_ids),
+            version=cluster.version,
             instance_types=[system.instance_type],
             capacity_type="ON_DEMAND",
             ami_type=SYSTEM_AMI_TYPE,
@@ -184,11 +181,31 @@ class EksCluster(pulumi.ComponentResource):
             security_group_id=cluster.vpc_config.cluster_security_group_id,
             vpc_id=cluster.vpc_config.vpc_id,
             subnet_ids=pulumi.Output.all(*args.subnet_ids),
+            kubernetes_version=cluster.version,
             node_prerequisites=tuple(node_addons),
         )
         self.ready = [system_nodes, *node_addons, dns]
         self.register_outputs(
             {"cluster_name": self.cluster_name, "endpoint": self.endpoint, "kubeconfig": self.kubeconfig}
+        )
+
+    def _access_entry(self, prefix: str, cluster: eks.Cluster, role_arn: str, policy: str, partition: str) -> None:
+        """An access entry for the role with one EKS access policy at cluster scope."""
+        slug = _role_slug(role_arn)
+        entry = eks.AccessEntry(
+            f"{prefix}-{slug}",
+            cluster_name=cluster.name,
+            principal_arn=role_arn,
+            type="STANDARD",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        eks.AccessPolicyAssociation(
+            f"{prefix}-{slug}-policy",
+            cluster_name=cluster.name,
+            principal_arn=role_arn,
+            policy_arn=policies.eks_access_policy_arn(partition, policy),
+            access_scope=eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
         )
 
     def _addon(
@@ -199,18 +216,13 @@ class EksCluster(pulumi.ComponentResource):
         kubernetes_version: str,
         after: Sequence[pulumi.Resource] = (),
     ) -> eks.Addon:
-        """A managed add-on at the newest version EKS offers for this Kubernetes version."""
-        version = eks.get_addon_version_output(
-            addon_name=addon,
-            kubernetes_version=kubernetes_version,
-            most_recent=True,
-            opts=pulumi.InvokeOutputOptions(parent=self),
-        )
+        """A managed add-on at the version the catalog pins for this Kubernetes minor (the spec refuses a
+        minor without pins)."""
         return eks.Addon(
             f"{name}-{addon}",
             cluster_name=cluster.name,
             addon_name=addon,
-            addon_version=version.version,
+            addon_version=eks_addon_versions()[kubernetes_version][addon],
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),
@@ -228,5 +240,6 @@ def existing_cluster_ref(name: str, parent: pulumi.Resource) -> ClusterRef:
         security_group_id=found.vpc_config.cluster_security_group_id,
         vpc_id=found.vpc_config.vpc_id,
         subnet_ids=found.vpc_config.subnet_ids.apply(list),
+        kubernetes_version=found.version,
     )
 

@@ -34,8 +34,9 @@ DATA_VOLUME_DEVICE = {"AL2023_x86_64_NVIDIA": "/dev/xvda", "BOTTLEROCKET_x86_64_
 
 # Suffixes of the resource names a pool creates (`<environment>-<pool>-<suffix>`); pool names that
 # would reproduce another pool's resource names are refused by AwsFoundation.
-LAUNCH_TEMPLATE = "launch-template"
+LAUNCH_TEMPLATE = "launch-template"  # the burst group's
 RESERVED_LAUNCH_TEMPLATE = "reserved-launch-template"
+ON_DEMAND_LAUNCH_TEMPLATE = "on-demand-launch-template"  # an unreserved baseline's
 PLACEMENT_GROUP = "placement"
 EFA_SECURITY_GROUP = "efa"
 GROUP_ON_DEMAND = "on-demand"
@@ -44,9 +45,16 @@ GROUP_CAPACITY_BLOCK = "capacity-block"
 GROUP_SPOT = "spot"
 GROUP_BURST = "on-demand-burst"
 CAPACITY_BLOCK = "CAPACITY_BLOCK"
+# Node updates for GPU nodes (EKS User Guide, managed-node-update-behavior): one node at a time, and a
+# drain that PodDisruptionBudgets block fails the update (PodEvictionFailure after 15 minutes) instead of
+# force-deleting serving pods. Groups on reserved capacity have no spare instance to surge into, so they
+# update with MINIMAL (no extra node launched); the others with DEFAULT (a new node before the old drains).
+MAX_UNAVAILABLE = 1
+FORCE_UPDATE_VERSION = False
 RESOURCE_SUFFIXES = (
     LAUNCH_TEMPLATE,
     RESERVED_LAUNCH_TEMPLATE,
+    ON_DEMAND_LAUNCH_TEMPLATE,
     PLACEMENT_GROUP,
     EFA_SECURITY_GROUP,
     GROUP_ON_DEMAND,
@@ -75,7 +83,8 @@ def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
     """Baseline group of `on_demand_base` fixed nodes, then a burst group for the rest of `max_nodes`.
 
     The baseline runs the primary type (the one a reservation is for and prices are quoted for);
-    the burst group lists every type of the pool so spot can draw from all their capacity pools.
+    the burst group lists every type of the pool so spot can draw from all their capacity pools, in
+    the order `burst_instance_types` gives.
     """
     capacity = pool.capacity
     base = capacity.on_demand_base
@@ -98,8 +107,32 @@ def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
             suffix, capacity_type, label = GROUP_SPOT, "SPOT", "spot"
         else:
             suffix, capacity_type, label = GROUP_BURST, "ON_DEMAND", "on-demand"
-        groups.append(NodeGroupPlan(suffix, capacity_type, label, tuple(pool.instance_types), low, burst, low))
+        groups.append(NodeGroupPlan(suffix, capacity_type, label, burst_instance_types(pool), low, burst, low))
     return groups
+
+
+def burst_instance_types(pool: NodePoolSpec) -> tuple[str, ...]:
+    """The burst group's types in an order that only a real change alters: `instance_types` is ForceNew on
+    aws_eks_node_group (terraform-provider-aws internal/service/eks/node_group.go, a TypeList, so order
+    counts) and replacing a group drains all its nodes. The primary type stays first: On-Demand allocates
+    `prioritized` in the listed order (EKS User Guide, managed-node-groups "Managed node group capacity
+    types") and plans and policies quote a group by its first type; Spot allocates price-capacity-optimized,
+    where order means nothing. The other types are sorted, so reordering them changes nothing."""
+    primary, *others = pool.instance_types
+    return (primary, *sorted(others))
+
+
+def launch_template_suffix(plan: NodeGroupPlan) -> str:
+    """Each group has a launch template of its own: every new template version rolls the groups that use
+    it, so a change for the baseline must not roll the burst group (or the reverse)."""
+    if plan.reservation is not None:
+        return RESERVED_LAUNCH_TEMPLATE
+    return ON_DEMAND_LAUNCH_TEMPLATE if plan.suffix == GROUP_ON_DEMAND else LAUNCH_TEMPLATE
+
+
+def update_strategy(plan: NodeGroupPlan) -> str:
+    """MINIMAL where the capacity is reserved (nothing to surge into), DEFAULT elsewhere."""
+    return "MINIMAL" if plan.reservation is not None else "DEFAULT"
 
 
 def efa_interface_layout(efa_interfaces: int) -> list[tuple[int, int, str]]:
@@ -181,7 +214,9 @@ class GpuNodePoolArgs:
     # The pool's private subnets, its first zone first (EFA and reserved groups use only that one).
     subnet_ids: Sequence[pulumi.Input[str]] | pulumi.Output[list[str]]
     node_role_arn: pulumi.Input[str]
-    tags: Mapping[str, str]  # for the instances, volumes and interfaces the launch template starts
+    # The organisation's tags for the instances the groups start: set on each Auto Scaling group (propagated
+    # at launch), never in the launch template, where a tag change would make a version and roll every node.
+    tags: Mapping[str, str]
     # What nodes need before they can join: core add-ons, the node role's policies.
     depends_on: Sequence[pulumi.Resource] = ()
 
@@ -256,8 +291,11 @@ class GpuNodePool(pulumi.ComponentResource):
         if pool.nvme_cache.enabled:
             user_data = base64.b64encode(render_user_data(pool.nvme_cache.raid).encode()).decode()
 
+        plans = plan_node_groups(pool)
+
         def launch_template(suffix: str, reservation: Reservation | None, instance_type: str | None) -> ec2.LaunchTemplate:
-            instance_tags = {**args.tags, "Name": name}
+            """Only what the nodes are made of: every input here is part of the template version."""
+            instance_tags = {"Name": name}
             reserved = None
             market = None
             if reservation is not None:
@@ -270,7 +308,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     market = ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
             return ec2.LaunchTemplate(
                 f"{name}-{suffix}",
-                description=f"GPU nodes of pool {pool.name} ({', '.join(pool.instance_types)})",
+                description=f"GPU nodes of pool {pool.name}",
                 update_default_version=True,
                 instance_type=instance_type,
                 block_device_mappings=[
@@ -297,19 +335,19 @@ class GpuNodePool(pulumi.ComponentResource):
                     ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=instance_tags)
                     for kind in ("instance", "volume", "network-interface")
                 ],
-                opts=child,
+                # A baseline that fills its pool kept the shared template's name before groups had their own.
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    aliases=[pulumi.Alias(name=f"{name}-{LAUNCH_TEMPLATE}")]
+                    if suffix == ON_DEMAND_LAUNCH_TEMPLATE and len(plans) == 1
+                    else None,
+                ),
             )
 
-        plans = plan_node_groups(pool)
-        shared_template = None
         self.node_groups = []
         for plan in plans:
             template_type = launch_template_instance_type(plan)
-            if plan.reservation is not None:
-                template = launch_template(RESERVED_LAUNCH_TEMPLATE, plan.reservation, template_type)
-            else:
-                shared_template = shared_template or launch_template(LAUNCH_TEMPLATE, None, None)
-                template = shared_template
+            template = launch_template(launch_template_suffix(plan), plan.reservation, template_type)
             # A cluster placement group, EFA and a zonal reservation all live in one zone.
             single_zone = pool.efa.enabled or plan.reservation is not None
             autoscaled = plan.min_size != plan.max_size
@@ -317,6 +355,7 @@ class GpuNodePool(pulumi.ComponentResource):
             group = eks.NodeGroup(
                 f"{name}-{plan.suffix}",
                 cluster_name=args.cluster.name,
+                version=args.cluster.kubernetes_version,  # EKS upgrades only the control plane otherwise
                 node_role_arn=args.node_role_arn,
                 subnet_ids=first_subnet if single_zone else all_subnets,
                 instance_types=None if template_type else list(plan.instance_types),
@@ -331,7 +370,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 labels=node_labels(pool, hardware, plan.capacity_label),
                 taints=node_taints(pool),
                 tags=template_tags,  # the autoscaler reads the resources/* ones through DescribeNodegroup
-                update_config=eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+                update_config=eks.NodeGroupUpdateConfigArgs(
+                    max_unavailable=MAX_UNAVAILABLE, update_strategy=update_strategy(plan)
+                ),
+                force_update_version=FORCE_UPDATE_VERSION,
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     depends_on=list(args.depends_on),
@@ -346,6 +388,14 @@ class GpuNodePool(pulumi.ComponentResource):
                     f"{name}-{plan.suffix}-{key.removeprefix(TEMPLATE_PREFIX)}",
                     autoscaling_group_name=group_name,
                     tag=autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                    opts=child,
+                )
+            # A new value reaches the nodes launched after it, without rolling the ones running.
+            for key, value in args.tags.items():
+                autoscaling.Tag(
+                    f"{name}-{plan.suffix}-tag-{key}",
+                    autoscaling_group_name=group_name,
+                    tag=autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=True),
                     opts=child,
                 )
 

@@ -48,3 +48,12 @@ def cluster_autoscaler_image_tags() -> Mapping[str, str]:
     """Kubernetes minor -> the cluster-autoscaler image tag released for it (the autoscaler follows the
     cluster's minor version)."""
     return chart("cluster-autoscaler").extra["image_tag_by_kubernetes"]
+
+
+_EKS_ADDONS = json.loads(files("inferstack.catalog").joinpath("eks_addons.json").read_text(encoding="utf-8"))
+
+
+def eks_addon_versions() -> Mapping[str, Mapping[str, str]]:
+    """Kubernetes minor -> EKS managed add-on -> pinned version (eks_addons.json): an unrelated update never
+    moves an add-on, which `most_recent` would."""
+    return MappingProxyType({minor: MappingProxyType(pins) for minor, pins in _EKS_ADDONS["addons"].items()})

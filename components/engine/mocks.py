@@ -1,4 +1,4 @@
-"""Realistic engine answers for the offline plan: ids, ARNs, endpoints, kubeconfigs, latest versions.
+"""Realistic engine answers for the offline plan: ids, ARNs, endpoints, kubeconfigs.
 
 The program under mocks sees the same shapes a real `pulumi up` sees, so code that derives values
 from outputs (kubeconfig from the cluster endpoint, policies from bucket ARNs) runs for real.
@@ -18,15 +18,6 @@ from pulumi.runtime.mocks import MockCallArgs, MockResourceArgs
 
 ACCOUNT_ID = "123456789012"
 PARTITION = "aws"
-
-# Versions the engine reports as "latest" for EKS managed add-ons (aws:eks/getAddonVersion).
-ADDON_VERSIONS = {
-    "vpc-cni": "v1.20.4-eksbuild.2",
-    "coredns": "v1.12.4-eksbuild.1",
-    "kube-proxy": "v1.36.1-eksbuild.1",
-    "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
-    "aws-ebs-csi-driver": "v1.51.1-eksbuild.1",
-}
 
 
 class UnmockedInvoke(Exception):
@@ -86,7 +77,6 @@ class PlanMocks(Mocks):
                 "id": PARTITION,
             },
             "aws:index/getAvailabilityZones:getAvailabilityZones": self._zones,
-            "aws:eks/getAddonVersion:getAddonVersion": self._addon_version,
             "aws:eks/getCluster:getCluster": self._existing_cluster,
             "aws:ec2/getSubnet:getSubnet": self._subnet_lookup,
         }
@@ -236,12 +226,6 @@ class PlanMocks(Mocks):
     def _zones(self, _args: dict[str, Any]) -> dict[str, Any]:
         names = [f"{self.region}{letter}" for letter in "abcdef"]
         return {"names": names, "zoneIds": [f"use1-az{i + 1}" for i in range(len(names))], "id": self.region}
-
-    def _addon_version(self, args: dict[str, Any]) -> dict[str, Any]:
-        name = args.get("addonName", "")
-        if name not in ADDON_VERSIONS:
-            raise UnmockedInvoke(f"no add-on version known for {name!r}")
-        return {"addonName": name, "version": ADDON_VERSIONS[name], "kubernetesVersion": args.get("kubernetesVersion"), "id": name}
 
     def _existing_cluster(self, args: dict[str, Any]) -> dict[str, Any]:
         name = args["name"]

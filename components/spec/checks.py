@@ -10,12 +10,15 @@ from collections.abc import Iterable
 
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
 from inferstack.aws.node_template import GPU_TAINT
-from inferstack.catalog.charts import cluster_autoscaler_image_tags
+from inferstack.catalog.charts import cluster_autoscaler_image_tags, eks_addon_versions
 from inferstack.catalog.models import MODELS, known_model_ids, model_facts
+from inferstack.spec.cluster_access import check_cluster_access
+from inferstack.spec.cron import schedule_problem, time_zone_problem
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
 from inferstack.spec.models import (
     AUTO,
     SIXTEEN_BIT,
+    BatchJobSpec,
     catalog_stored_format,
     ModelServiceSpec,
     CreateCluster,
@@ -351,6 +354,15 @@ def _check_cluster(spec: StackSpec) -> None:
     if not isinstance(cluster, CreateCluster):
         return
     _min_max("cluster.system_nodes", "min_nodes", cluster.system_nodes.min_nodes, "max_nodes", cluster.system_nodes.max_nodes)
+    check_cluster_access(cluster)
+    pinned = eks_addon_versions()
+    if cluster.kubernetes_version not in pinned:
+        raise SpecError(
+            "cluster.kubernetes_version",
+            f"the add-on catalog pins no vpc-cni, CoreDNS, kube-proxy or Pod Identity agent versions for Kubernetes "
+            f"{cluster.kubernetes_version} (it has {', '.join(pinned)})",
+            "use one of those versions, or add the minor's pins to components/catalog/eks_addons.json",
+        )
     tags = cluster_autoscaler_image_tags()
     if spec.platform.node_autoscaler == "cluster-autoscaler" and cluster.kubernetes_version not in tags:
         raise SpecError(
@@ -557,10 +569,28 @@ def _check_workers(spec: StackSpec, models: tuple[ModelServiceSpec, ...]) -> Non
                 f"{job.pool!r} is not a node pool{did_you_mean(job.pool, pools)}; defined pools: {quoted(pools)}",
                 "set pool to one of them",
             )
+        _check_schedule(path, job)
         from inferstack.serving.batch_model import batch_model  # sizes with the spec package loaded
 
         model, hardware = batch_model(spec.model_copy(update={"models": list(models)}), i)  # the service as placed
         _check_cache_budget(path, model, hardware)
+
+
+def _check_schedule(path: str, job: BatchJobSpec) -> None:
+    """The schedule and time zone the API server would accept; schedule-only settings need a schedule."""
+    if job.schedule is None:
+        for field in ("time_zone", "starting_deadline_seconds"):
+            if getattr(job, field) is not None:
+                raise SpecError(f"{path}.{field}", "only a scheduled batch job uses it, and this one has no schedule",
+                                f"set {path}.schedule or remove {field}")
+        return
+    problem = schedule_problem(job.schedule)
+    if problem:
+        raise SpecError(f"{path}.schedule", f"{job.schedule!r}: {problem}",
+                        "write five fields (minute hour day-of-month month day-of-week), e.g. '0 2 * * *', or a macro "
+                        "such as @daily; put the zone in time_zone")
+    if job.time_zone is not None and (problem := time_zone_problem(job.time_zone)):
+        raise SpecError(f"{path}.time_zone", problem, "name an IANA zone such as 'UTC' or 'Europe/Paris'")
 
 
 def _require_service(path: str, name: str, services: Iterable[str]) -> None:
