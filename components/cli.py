@@ -1,4 +1,4 @@
-"""`inferstack plan | render | check | schema`: review a stack offline before `pulumi up -s <env>`."""
+"""`inferstack plan | render | check | diff | schema`: review a stack offline before `pulumi up -s <env>`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_POLICY_VIOLATION = 1
+EXIT_BLOCKING_REPLACEMENT = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--out", type=Path, required=True, help="output folder")
     commands.add_parser("schema", help="print the StackSpec JSON Schema")
     _add_check_command(commands)
+    _add_diff_command(commands)
     return parser
 
 
@@ -60,6 +62,46 @@ def _add_check_command(commands) -> None:
         type=Path,
         help="also write the pack config used (the stack's budget) for `pulumi preview --policy-pack-config`",
     )
+
+
+def _add_diff_command(commands) -> None:
+    diff = commands.add_parser(
+        "diff",
+        help="what a change does before `pulumi up`: added, updated, replaced (and why), deleted resources, rolling "
+        "node groups, GPUs and $/h, downtime (exit 3 when a protected or GPU-serving resource is replaced)",
+    )
+    diff.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
+    diff.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
+    diff.add_argument(
+        "--against", required=True,
+        help="a folder written by `inferstack render`, or a git revision whose stacks/<stack>.py is rendered "
+        "with today's program code",
+    )
+    diff.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    """Compare the stack now with a render or a revision; 3 when a protected or GPU-serving resource is
+    replaced, 0 otherwise, 2 on bad input."""
+    from inferstack.engine import diff
+    from inferstack.spec import SpecError
+    from inferstack.stacks import StackNotFound, find_project_root, load_stack
+
+    try:
+        after = diff.run_spec(load_stack(_stacks_dir(args.stacks_dir), args.stack))
+        folder = Path(args.against)
+        if folder.is_dir():
+            before, note = diff.load_render(folder), None
+        else:
+            root = find_project_root()
+            before = diff.run_spec(diff.stack_at_revision(root, Path(args.stack).stem, args.against))
+            note = f"stacks/{Path(args.stack).stem}.py at {args.against} rendered with today's program code"
+    except (SpecError, StackNotFound, diff.DiffInputError, OSError) as error:
+        print(f"inferstack: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = diff.diff(before, after, args.against, note)
+    print(json.dumps(result, indent=2) if args.format == "json" else diff.as_text(result))
+    return EXIT_BLOCKING_REPLACEMENT if result["blocking_replacements"] else 0
 
 
 def _stacks_dir(given: Path | None) -> Path:
@@ -130,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
+    if args.command == "diff":
+        return _diff(args)
     if args.command == "schema":
         from inferstack.spec import StackSpec
 
