@@ -214,7 +214,12 @@ def replay_program(replay: dict[str, Any]):
     def program() -> None:
         made: dict[str, pulumi.Resource] = {}
         for r in replay["resources"]:
-            opts = pulumi.ResourceOptions(parent=made.get(r["parent"]), depends_on=[made[d] for d in r["depends_on"]])
+            options = dict(r["options"])  # the recorded resource options, under ResourceOptions' own names
+            if "custom_timeouts" in options:
+                options["custom_timeouts"] = pulumi.CustomTimeouts(**options["custom_timeouts"])
+            opts = pulumi.ResourceOptions(
+                parent=made.get(r["parent"]), depends_on=[made[d] for d in r["depends_on"]], **options
+            )
             if r["custom"]:
                 made[r["name"]] = pulumi.CustomResource(r["type"], r["name"], raw(r["inputs"]), opts)
             else:

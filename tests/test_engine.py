@@ -83,7 +83,7 @@ def test_secrets_stay_marked_in_the_recording_and_are_plain_in_manifests(recordi
 def test_render_writes_the_four_outputs(recording, tmp_path):
     counts = write_render(recording, {"stack": "unit"}, tmp_path)
     resources = json.loads((tmp_path / "resources.json").read_text())
-    assert [set(r) for r in resources] == [{"type", "name", "custom", "parent", "inputs", "depends_on"}] * len(resources)
+    assert [set(r) for r in resources] == [{"type", "name", "custom", "parent", "inputs", "depends_on", "options"}] * len(resources)
     assert counts == {"resources": len(resources), "kubernetes": 2, "helm": 1}
     assert len(list((tmp_path / "kubernetes").glob("*.yaml"))) == 2
     assert helm_releases(recording)[0]["version"] == "2.20.2"

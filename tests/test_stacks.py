@@ -48,7 +48,7 @@ def test_resources_json_is_one_entry_per_registration_with_resolvable_names(rend
     assert len(names) == len(set(names)), "logical names are unique, so depends_on and parent are unambiguous"
     known = set(names)
     for r in resources:
-        assert set(r) == {"type", "name", "custom", "parent", "inputs", "depends_on"}
+        assert set(r) == {"type", "name", "custom", "parent", "inputs", "depends_on", "options"}
         assert r["parent"] is None or r["parent"] in known
         assert set(r["depends_on"]) <= known
         assert r["type"].count(":") >= 2

@@ -60,6 +60,21 @@ def batch_objects(spec: StackSpec, partition: str) -> tuple[list[str], list[str]
 
 
 @dataclass(frozen=True)
+class BucketLifecycle:
+    protect: bool  # no deletion or replacement while set (Pulumi's `protect`)
+    retain_on_delete: bool  # a deletion leaves the bucket in AWS and only drops it from the stack
+
+
+def bucket_lifecycle(teardown: bool) -> BucketLifecycle:
+    """The weights may be the only copy of a team's fine-tuned checkpoints and take hours to upload again:
+    unless the stack is marked for teardown, the bucket is protected and, should it ever be deleted
+    from the stack (after `pulumi state unprotect`), retained. With teardown it is neither, and
+    `force_destroy` lets the provider empty it, every object version included, before DeleteBucket,
+    which S3 refuses on a non-empty bucket."""
+    return BucketLifecycle(protect=not teardown, retain_on_delete=not teardown)
+
+
+@dataclass(frozen=True)
 class WeightsStoreArgs:
     spec: StackSpec
     cluster_name: pulumi.Input[str]
@@ -76,15 +91,21 @@ class WeightsStore(pulumi.ComponentResource):
     def __init__(self, name: str, args: WeightsStoreArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:aws:WeightsStore", name, None, opts)
         spec = args.spec
-        child = pulumi.ResourceOptions(parent=self)
         existing = spec.weights.existing_bucket
 
         if existing is not None:
             self.bucket_name = pulumi.Output.from_input(existing)
             self.bucket_arn = pulumi.Output.from_input(f"arn:{args.partition}:s3:::{existing}")
         else:
-            bucket = s3.Bucket(f"{name}-bucket", opts=child)
-            bucket_child = pulumi.ResourceOptions(parent=self, depends_on=[bucket])
+            kept = bucket_lifecycle(spec.teardown)
+            bucket = s3.Bucket(
+                f"{name}-bucket",
+                force_destroy=spec.teardown,
+                opts=pulumi.ResourceOptions(parent=self, protect=kept.protect, retain_on_delete=kept.retain_on_delete),
+            )
+            # A retained bucket keeps its settings: deleting these would leave it without its public access
+            # block, default encryption, versioning and expiry of replaced weights.
+            bucket_child = pulumi.ResourceOptions(parent=self, depends_on=[bucket], retain_on_delete=kept.retain_on_delete)
             s3.BucketPublicAccessBlock(
                 f"{name}-public-access-block",
                 bucket=bucket.id,
@@ -135,7 +156,7 @@ class WeightsStore(pulumi.ComponentResource):
                         ),
                     )
                 ],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning], retain_on_delete=kept.retain_on_delete),
             )
             self.bucket_name = bucket.bucket
             self.bucket_arn = bucket.arn

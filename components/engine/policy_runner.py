@@ -88,7 +88,7 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def load_resources(path: Path) -> list[dict[str, Any]]:
-    """The registrations of a resources.json: a list of {type, name, parent, inputs, depends_on}."""
+    """The registrations of a resources.json: a list of {type, name, parent, inputs, depends_on, options}."""
     data = _read_json(path, f"{path}")
     if not isinstance(data, list):
         raise CheckInputError(f"{path} holds {type(data).__name__}, not the list of resources `inferstack render` writes")
@@ -97,6 +97,8 @@ def load_resources(path: Path) -> list[dict[str, Any]]:
             raise CheckInputError(f"{path} entry {index} is not an object with string 'type' and 'name'")
         if not isinstance(entry.get("inputs", {}), dict):
             raise CheckInputError(f"{path} entry {index} ({entry['name']}) has inputs that are not an object")
+        if not isinstance(entry.get("options", {}), dict):
+            raise CheckInputError(f"{path} entry {index} ({entry['name']}) has options that are not an object")
     return data
 
 
@@ -181,10 +183,11 @@ class _Entry:
     parent_urn: str | None
     dependency_urns: tuple[str, ...]
     props: Mapping[str, Any]
+    protect: bool  # as the engine sends it: recorded, else false
 
     def options(self) -> PolicyResourceOptions:
         return PolicyResourceOptions(
-            protect=False,
+            protect=self.protect,
             ignore_changes=[],
             delete_before_replace=None,
             aliases=[],
@@ -220,6 +223,7 @@ def _entries(resources: Sequence[Mapping[str, Any]], stack: str, project: str) -
                 parent_urn=urn(parent) if parent is not None else None,
                 dependency_urns=tuple(urn(by_name[d]) for d in resource.get("depends_on") or () if d in by_name),
                 props=_props(resource["name"], resource.get("inputs") or {}),
+                protect=bool((resource.get("options") or {}).get("protect", False)),
             )
         )
     return entries

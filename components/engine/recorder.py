@@ -43,7 +43,8 @@ class Registration:
     parent: str | None
     inputs: dict[str, Any]
     depends_on: list[str]
-    # Not in resources.json (as_dict keeps its six keys); the time-to-serving graph reads them.
+    options: dict[str, Any] = field(default_factory=dict)  # the resource options the request set (see `options_of`)
+    # Not in resources.json (as_dict keeps its seven keys); the time-to-serving graph reads them.
     provider: str | None = None                 # the provider resource it is created through
     input_dependencies: list[str] = field(default_factory=list)  # the part of depends_on its inputs imply
     urn: str = ""                               # what Pulumi identifies it by
@@ -61,6 +62,7 @@ class Registration:
             "parent": self.parent,
             "inputs": self.inputs,
             "depends_on": self.depends_on,
+            "options": self.options,
         }
 
 
@@ -125,6 +127,7 @@ class RecordingMonitor(MockMonitor):
                     parent=self._names.get(request.parent),
                     inputs=plain(inputs),
                     depends_on=sorted({self._names[urn] for urn in request.dependencies if urn in self._names}),
+                    options=options_of(request),
                     provider=self._names.get(request.provider.rpartition("::")[0]) if request.provider else None,
                     input_dependencies=sorted({self._names[urn] for urn in implied if urn in self._names}),
                     urn=response.urn,
@@ -146,6 +149,32 @@ class RecordingMonitor(MockMonitor):
         if request.urn == self._stack_urn:
             self.recording.outputs = plain(rpc.deserialize_properties(request.outputs, keep_internal=False))
         return super().RegisterResourceOutputs(request)
+
+
+def options_of(request: Any) -> dict[str, Any]:
+    """The lifecycle options a RegisterResourceRequest carries (pulumi's proto/pulumi/resource.proto), only
+    those the program set: `protect` and `retainOnDelete` are optional fields, so an explicit false shows
+    (a stack that may be torn down) apart from unset (inherited, false at the root)."""
+    options: dict[str, Any] = {}
+    if request.HasField("protect"):
+        options["protect"] = request.protect
+    if request.HasField("retainOnDelete"):
+        options["retain_on_delete"] = request.retainOnDelete
+    if request.deleteBeforeReplaceDefined:
+        options["delete_before_replace"] = request.deleteBeforeReplace
+    if request.replaceOnChanges:
+        options["replace_on_changes"] = list(request.replaceOnChanges)
+    if request.ignoreChanges:
+        options["ignore_changes"] = list(request.ignoreChanges)
+    if request.HasField("customTimeouts"):
+        timeouts = {
+            key: getattr(request.customTimeouts, key)
+            for key in ("create", "update", "delete", "read")
+            if getattr(request.customTimeouts, key)
+        }
+        if timeouts:
+            options["custom_timeouts"] = timeouts
+    return options
 
 
 def record(program: Callable[[], None], stack: str, mocks: Mocks) -> Recording:

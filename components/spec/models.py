@@ -80,6 +80,9 @@ class SystemNodesSpec(Model):
     max_nodes: int = Field(4, ge=1, description="Maximum system nodes. Defaults to 4.")
 
 
+RoleArn = Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")]
+
+
 class CreateCluster(Model):
     """An EKS cluster the stack creates and owns."""
 
@@ -89,15 +92,28 @@ class CreateCluster(Model):
         "1.36", pattern=r"^1\.\d{2}$", description="EKS Kubernetes version. Defaults to 1.36."
     )
     endpoint_public_access: bool = Field(
-        True, description="Expose the API endpoint publicly (restricted by public_access_cidrs). Defaults to true."
+        False,
+        description="Also expose the API endpoint on the internet, to public_access_cidrs only. Defaults to false: the "
+        "endpoint is private, reachable from the VPC and the networks routed into it (VPN, peering, Direct Connect).",
     )
     public_access_cidrs: list[str] = Field(
-        default_factory=lambda: ["0.0.0.0/0"],
-        description="CIDRs allowed to reach the public endpoint. Defaults to ['0.0.0.0/0'].",
+        default_factory=list,
+        description="Public IPv4 CIDRs that may reach the public endpoint (required with endpoint_public_access). "
+        "Defaults to none. 0.0.0.0/0 is refused unless public_access_from_anywhere acknowledges it.",
     )
-    admin_role_arns: list[Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")]] = Field(
+    public_access_from_anywhere: bool = Field(
+        False,
+        description="Acknowledge that 0.0.0.0/0 in public_access_cidrs opens the API endpoint to the whole internet "
+        "(requests still need an access entry), e.g. for hosted CI runners without fixed addresses. Defaults to false.",
+    )
+    admin_role_arns: list[RoleArn] = Field(
         default_factory=list,
         description="IAM roles granted cluster-admin through EKS access entries. Defaults to none (only the creator).",
+    )
+    ci_role_arns: list[RoleArn] = Field(
+        default_factory=list,
+        description="IAM roles CI runs `pulumi preview` with: each gets an access entry with the read-only "
+        "AmazonEKSViewPolicy at cluster scope. Defaults to none.",
     )
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="The VPC. Defaults to a new /16 VPC in three zones.")
     system_nodes: SystemNodesSpec = Field(
@@ -662,6 +678,12 @@ class StackSpec(Model):
     batch_jobs: list[BatchJobSpec] = Field(default_factory=list, description="Batch inference jobs. Defaults to none.")
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, description="Metrics. Defaults to all on.")
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guardrails. Defaults to none enforced.")
+    teardown: bool = Field(
+        False,
+        description="Allow `pulumi destroy` to delete the cluster and the weights bucket with every object version in "
+        "it (apply with `pulumi up` first). Defaults to false: both are protected from deletion and replacement, and "
+        "the bucket with its settings is retained in AWS if it ever leaves the stack.",
+    )
 
     _resolved_models: tuple[ModelServiceSpec, ...] = PrivateAttr(default=())
     _auto_placed: tuple[str, ...] = PrivateAttr(default=())
