@@ -42,7 +42,7 @@ def test_batch_runner_is_bound_to_the_batch_namespace_only(prod):
 
 def test_batch_jobs_run_as_the_batch_runner_and_serving_pods_do_not(prod):
     objects = kubernetes_objects(prod)
-    jobs = [o for o in objects if o["kind"] == "Job"]
+    jobs = [o["spec"]["jobTemplate"] for o in objects if o["kind"] == "CronJob"]
     assert jobs and all(j["spec"]["template"]["spec"]["serviceAccountName"] == "batch-runner" for j in jobs)
     deployments = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["namespace"] == "inference"]
     assert all(d["spec"]["template"]["spec"].get("serviceAccountName") != "batch-runner" for d in deployments)
@@ -51,5 +51,5 @@ def test_batch_jobs_run_as_the_batch_runner_and_serving_pods_do_not(prod):
 def test_pods_start_only_once_their_pod_identity_exists(prod):
     """EKS injects Pod Identity credentials when a pod is created: the association must come first."""
     assert "prod-weights-inference-model-reader" in prod.named("prod-serving-llama-70b-deployment").depends_on
-    job = next(r for r in prod.resources if r.type == "kubernetes:batch/v1:Job")
+    job = next(r for r in prod.resources if r.type == "kubernetes:batch/v1:CronJob")
     assert "prod-weights-batch-batch-runner" in job.depends_on

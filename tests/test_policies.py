@@ -535,7 +535,7 @@ def test_batch_on_on_demand_only_is_advisory(tmp_path, capsys):
     resources = rendered()
     find(resources, "NodeGroup", "prod-l40s-batch-spot")["inputs"]["capacityType"] = "ON_DEMAND"
     code, report = check(resources, tmp_path, capsys)
-    assert "Job batch/nightly-eval is batch work but runs only on on-demand capacity" in messages(report, "batch-on-spot")
+    assert "CronJob batch/nightly-eval is batch work but runs only on on-demand capacity" in messages(report, "batch-on-spot")
     assert report["batch-on-spot"]["enforcement"] == "advisory"
 
 

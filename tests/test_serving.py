@@ -262,7 +262,7 @@ def test_lws_waits_for_its_crds_and_scalers_for_keda(prod_render):
     assert {"lws", "kueue"} <= set(lws.depends_on)
     for scaled in by_type["kubernetes:keda.sh/v1alpha1:ScaledObject"]:
         assert "keda" in scaled.depends_on
-    job = by_type["kubernetes:batch/v1:Job"][0]
+    job = by_type["kubernetes:batch/v1:CronJob"][0]
     assert "kueue" in job.depends_on
 
 
@@ -444,9 +444,11 @@ def test_queue_worker_is_fed_from_redis_and_scaled_on_the_list(prod, prod_render
 
 
 def test_batch_job_is_admitted_by_kueue_on_spot(prod, prod_render):
+    """Kueue admits a CronJob's runs by the queue label on `jobTemplate.metadata` (kubernetes-sigs/kueue v0.19.2
+    site/content/en/docs/tasks/run/run_cronjobs.md)."""
     objects = prod_render[1]
     job_spec = prod.batch_jobs[0]
-    job = of_kind(objects, "Job")[0]
+    job = of_kind(objects, "CronJob")[0]["spec"]["jobTemplate"]
     spec = job["spec"]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "batch"
     assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "batch"
@@ -497,6 +499,7 @@ def test_one_namespace_no_gateway_and_no_kueue(prod):
     assert not [o for o in objects if o["kind"] in ("Gateway", "HTTPRoute", "InferencePool", "InferenceObjective")]
     accounts = [(a["metadata"]["namespace"], a["metadata"]["name"]) for a in of_kind(objects, "ServiceAccount")]
     assert sorted(accounts) == [("inference", "batch-runner"), ("inference", "model-reader")]
-    for workload in [*vllm_workloads(objects), *of_kind(objects, "Job")]:
+    batch_jobs = [c["spec"]["jobTemplate"] for c in of_kind(objects, "CronJob")]
+    for workload in [*vllm_workloads(objects), *batch_jobs]:
         assert not any(k.startswith("kueue.x-k8s.io/") for k in workload["metadata"]["labels"])
-    assert of_kind(objects, "Job")[0]["spec"]["suspend"] is False
+    assert batch_jobs[0]["spec"]["suspend"] is False

@@ -130,7 +130,7 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
         yield ObjectName(batch, "ConfigMap", worker_program(worker), ours, path)
     for i, job in enumerate(spec.batch_jobs):
         path, ours = f"batch_jobs[{i}].name", f"batch job {job.name!r}"
-        yield ObjectName(batch, "Job", job.name, ours, path)
+        yield ObjectName(batch, "CronJob" if job.schedule else "Job", job.name, ours, path)  # a one-off Job's name prefix
         for name in (prefetch_config_map(job.name), batch_scripts(job)):
             yield ObjectName(batch, "ConfigMap", name, ours, path)
 

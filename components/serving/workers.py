@@ -7,11 +7,14 @@
 * `BatchJob`: per batch job spec, an Indexed Job admitted by Kueue (created suspended, in the batch
   LocalQueue at batch priority) on the job's pool, preferring spot: each index pre-fetches the
   weights, takes its shard of the input, runs `vllm run-batch` and uploads its part of the results.
-  Spot reclaims (pod disruptions) do not count against the per-index retry budget.
+  Spot reclaims (pod disruptions) do not count against the per-index retry budget. With a schedule
+  the Job is a CronJob's job template; without one it is a single Job.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ import jinja2
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apps.v1 import Deployment
-from pulumi_kubernetes.batch.v1 import Job
+from pulumi_kubernetes.batch.v1 import CronJob, Job
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 
 from inferstack.catalog.charts import IMAGES
@@ -291,8 +294,36 @@ class BatchJobArgs:
     workload_depends_on: Sequence[pulumi.Resource] = ()  # the Job only: service account, Kueue release
 
 
+def one_off_job_name(job: BatchJobSpec, job_spec: dict[str, Any], scripts: dict[str, str]) -> str:
+    """`<name>-<digest of the Job and its stage scripts>`: an edit makes a Job of a new name, so Pulumi creates
+    it beside the running one instead of deleting that one first to reuse the name."""
+    content = json.dumps({"spec": job_spec, "scripts": scripts}, sort_keys=True).encode()
+    return f"{job.name}-{hashlib.sha256(content).hexdigest()[:8]}"
+
+
+def cron_job_spec(job: BatchJobSpec, template_labels: dict[str, str], job_spec: dict[str, Any]) -> dict[str, Any]:
+    """A CronJob running the batch Job on its schedule. Kueue admits each run through the queue label of the
+    job template's metadata (which the CronJob controller copies to every Job it creates)."""
+    optional = {"timeZone": job.time_zone, "startingDeadlineSeconds": job.starting_deadline_seconds}
+    return {
+        "schedule": job.schedule,
+        **{key: value for key, value in optional.items() if value is not None},
+        "concurrencyPolicy": job.concurrency_policy,
+        "successfulJobsHistoryLimit": job.successful_jobs_history_limit,
+        "failedJobsHistoryLimit": job.failed_jobs_history_limit,
+        "jobTemplate": {"metadata": {"labels": template_labels}, "spec": job_spec},
+    }
+
+
 class BatchJob(pulumi.ComponentResource):
-    """An Indexed `vllm run-batch` Job, created suspended for Kueue to admit."""
+    """An Indexed `vllm run-batch` Job, created suspended for Kueue to admit: a CronJob's template when the
+    spec has a schedule, else one Job.
+
+    A Job's pod template is immutable (pulumi-kubernetes replaces a Job whose spec.template changes), so an
+    edit of the model service would delete a running Job. A CronJob's template is updated in place and only
+    Jobs created after the edit use it; the one-off Job instead takes a content-derived name and is retained
+    on delete, so a replacement starts a new Job and leaves the running one to finish.
+    """
 
     def __init__(self, name: str, args: BatchJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:serving:BatchJob", name, None, opts)
@@ -317,10 +348,13 @@ class BatchJob(pulumi.ComponentResource):
             },
             opts=child,
         )
+        stage_scripts = {
+            stage: render_batch_stage(stage, job, shlex.join(pods.pinned_weights(argv))) for stage in ("fetch", "run", "upload")
+        }
         scripts = ConfigMap(
             f"{name}-scripts",
             metadata={"name": names.batch_scripts(job), "namespace": namespace, "labels": labels},
-            data={stage: render_batch_stage(stage, job, shlex.join(pods.pinned_weights(argv))) for stage in ("fetch", "run", "upload")},
+            data=stage_scripts,
             opts=child,
         )
         work_mount = {"name": "work", "mountPath": WORK_DIR}
@@ -371,28 +405,40 @@ class BatchJob(pulumi.ComponentResource):
                 {"name": "scripts", "configMap": {"name": names.batch_scripts(job), "defaultMode": 0o555}},
             ],
         }
-        self.job = Job(
-            f"{name}-job",
-            metadata={
-                "name": job.name,
-                "namespace": namespace,
-                "labels": {**labels, **queue_labels},
-                "annotations": dict(SKIP_AWAIT),
+        job_spec = {
+            # Kueue unsuspends the Job once it admits it; without Kueue it starts at once.
+            "suspend": bool(queue_labels),
+            "completionMode": "Indexed",
+            "completions": job.parallelism,
+            "parallelism": job.parallelism,
+            "backoffLimitPerIndex": 2,
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
             },
-            spec={
-                # Kueue unsuspends the Job once it admits it; without Kueue it starts at once.
-                "suspend": bool(queue_labels),
-                "completionMode": "Indexed",
-                "completions": job.parallelism,
-                "parallelism": job.parallelism,
-                "backoffLimitPerIndex": 2,
-                "podFailurePolicy": {
-                    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
-                },
-                "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": pod_spec},
-            },
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[prefetch, scripts, *args.workload_depends_on])
-            ),
+            "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": pod_spec},
+        }
+        workload_opts = pulumi.ResourceOptions.merge(
+            child, pulumi.ResourceOptions(depends_on=[prefetch, scripts, *args.workload_depends_on])
         )
-        self.register_outputs({"job": job.name, "shards": job.parallelism})
+        if job.schedule is not None:
+            self.workload: pulumi.CustomResource = CronJob(
+                f"{name}-cronjob",
+                metadata={"name": job.name, "namespace": namespace, "labels": labels},
+                spec=cron_job_spec(job, {**labels, **queue_labels}, job_spec),
+                opts=workload_opts,
+            )
+            object_name = job.name
+        else:
+            object_name = one_off_job_name(job, job_spec, stage_scripts)
+            self.workload = Job(
+                f"{name}-job",
+                metadata={
+                    "name": object_name,
+                    "namespace": namespace,
+                    "labels": {**labels, **queue_labels},
+                    "annotations": dict(SKIP_AWAIT),
+                },
+                spec=job_spec,
+                opts=pulumi.ResourceOptions.merge(workload_opts, pulumi.ResourceOptions(retain_on_delete=True)),
+            )
+        self.register_outputs({"workload": object_name, "shards": job.parallelism, "schedule": job.schedule})

@@ -600,14 +600,38 @@ class QueueWorkerSpec(Model):
 
 
 class BatchJobSpec(Model):
-    """An offline batch inference Job (vLLM run-batch) admitted by Kueue, usually on spot."""
+    """Offline batch inference (vLLM run-batch) admitted by Kueue, usually on spot: a CronJob on a schedule,
+    or one Job when there is none."""
 
-    name: Name = Field(description="Job name. Required.")
+    name: Name = Field(description="Job name (the CronJob's, or the one-off Job's prefix). Required.")
     model_service: str = Field(description="Model service whose model and precision the job runs. Required.")
     pool: str = Field(description="Node pool to run on (a batch pool on spot is typical). Required.")
     input: S3Uri = Field(description="S3 URI of the OpenAI batch input (JSONL). Required.")
     output: S3Uri = Field(description="S3 URI for the results. Required.")
     parallelism: int = Field(1, ge=1, le=64, description="Pods running at once, each on its own input shard. Defaults to 1.")
+    schedule: str | None = Field(
+        None,
+        description="When to run, in Kubernetes CronJob syntax: five fields (minute hour day-of-month month "
+        "day-of-week, e.g. '0 2 * * *') or @yearly, @monthly, @weekly, @daily, @hourly. Defaults to none: one Job "
+        "runs once; a later edit starts a new Job and leaves the running one to finish.",
+    )
+    time_zone: str | None = Field(
+        None,
+        description="IANA time zone of the schedule, e.g. 'Europe/Paris'. Defaults to none: the kube-controller-manager's local time zone.",
+    )
+    concurrency_policy: Literal["Forbid", "Allow", "Replace"] = Field(
+        "Forbid",
+        description="When a run is due while the last one still runs or waits in its queue: Forbid skips it, Allow "
+        "runs both, Replace stops the running one. Defaults to Forbid.",
+    )
+    successful_jobs_history_limit: int = Field(3, ge=0, description="Finished successful runs kept. Defaults to 3.")
+    failed_jobs_history_limit: int = Field(1, ge=0, description="Finished failed runs kept. Defaults to 1.")
+    starting_deadline_seconds: int | None = Field(
+        None,
+        ge=10,
+        description="A run that cannot start this long after its time is skipped (at least 10: the CronJob "
+        "controller checks every 10 seconds). Defaults to none: no deadline.",
+    )
 
 
 # ------------------------------------------------------------------------------------------- the rest
