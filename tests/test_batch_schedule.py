@@ -8,10 +8,10 @@ Upstream rules encoded here:
   spec.go (vendored in kubernetes-sigs/kueue v0.19.2) for the schedule syntax.
 * Kueue CronJob integration, kubernetes-sigs/kueue v0.19.2 site/content/en/docs/tasks/run/run_cronjobs.md:
   the `kueue.x-k8s.io/queue-name` label goes on `jobTemplate.metadata`.
-* pulumi/pulumi-kubernetes provider/pkg/provider/diff.go (v4.32.0 and main at 94977969): the fields whose
-  change makes Pulumi replace an object. A batch/v1 Job is replaced when .spec.template, .spec.completions,
-  .spec.parallelism or .spec.selector changes; a CronJob is not in the table, so only .metadata.name or
-  .metadata.namespace would replace it.
+* pulumi/pulumi-kubernetes provider/pkg/provider/diff.go (v4.32.0 and main at 94977969), as the catalog's
+  replacement rules (components/catalog/replacement.json) hold it: a batch/v1 Job is replaced when
+  .spec.template, .spec.completions, .spec.parallelism or .spec.selector changes; a CronJob is not in the
+  table, so only .metadata.name or .metadata.namespace would replace it.
 * Pulumi `retainOnDelete` (pulumi.com/docs/iac/concepts/resources/options/retainondelete/): the provider's
   Delete is not called when the resource is deleted or replaced.
 """
@@ -21,13 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import pytest
 from kube_validation import assert_valid
 from pydantic import ValidationError
 
-from inferstack.engine.mocks import PlanMocks
-from inferstack.engine.recorder import Recording, record
+from inferstack.catalog.replacement import rule_for
+from inferstack.engine.diff import compare_resources
+from inferstack.engine import run_stack
+from inferstack.engine.recorder import Recording
 from inferstack.engine.render import kubernetes_objects
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
 from inferstack.stacks import load_stack
@@ -35,12 +36,7 @@ from inferstack.stacks import load_stack
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CRON_JOB, JOB = "kubernetes:batch/v1:CronJob", "kubernetes:batch/v1:Job"
-# pulumi-kubernetes diff.go: fields that force replacement (metadata ones apply to every kind).
-REPLACING_FIELDS = {
-    JOB: (("metadata", "name"), ("metadata", "namespace"), ("spec", "template"), ("spec", "completions"),
-          ("spec", "parallelism"), ("spec", "selector")),
-    CRON_JOB: (("metadata", "name"), ("metadata", "namespace")),
-}
+BATCH_TYPES = (CRON_JOB, JOB)
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +46,7 @@ def prod() -> StackSpec:
 
 @pytest.fixture(scope="module")
 def prod_run(prod) -> Recording:
-    return run(prod)[0]
-
-
-def run(spec: StackSpec) -> tuple[Recording, dict[str, pulumi.ResourceOptions]]:
-    """The whole program, plus the options each batch object was registered with (by logical name)."""
-    from inferstack.program import deploy
-
-    options: dict[str, pulumi.ResourceOptions] = {}
-
-    def capture(args: pulumi.ResourceTransformationArgs) -> None:
-        if args.type_ in (CRON_JOB, JOB):
-            options[args.name] = args.opts
-        return None
-
-    def program() -> None:
-        pulumi.runtime.register_stack_transformation(capture)
-        deploy(spec)
-
-    return record(program, spec.environment, PlanMocks(spec.region)), options
+    return run_stack(prod)
 
 
 def with_changes(spec: StackSpec, job: dict[str, Any] | None = None, model: dict[str, Any] | None = None) -> StackSpec:
@@ -80,17 +58,13 @@ def with_changes(spec: StackSpec, job: dict[str, Any] | None = None, model: dict
 
 
 def batch_workloads(recording: Recording) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(r.type, r.logical_name): r.inputs for r in recording.resources if r.type in (CRON_JOB, JOB)}
+    return {(r.type, r.logical_name): r.inputs for r in recording.resources if r.type in BATCH_TYPES}
 
 
-def dig(value: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for key in path:
-        value = (value or {}).get(key)
-    return value
-
-
-def replacing_changes(kind: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [".".join(path) for path in REPLACING_FIELDS[kind] if dig(old, path) != dig(new, path)]
+def batch_changes(before: Recording, after: Recording) -> dict[str, list[dict[str, Any]]]:
+    """What `inferstack diff` (the catalog's replacement rules) says happens to the batch workloads."""
+    result = compare_resources([r.as_dict() for r in before.resources], [r.as_dict() for r in after.resources])
+    return {kind: [c for c in result[kind] if c["type"] in BATCH_TYPES] for kind in ("added", "updated", "replaced", "deleted")}
 
 
 # ------------------------------------------------------------------------------------------ the CronJob
@@ -143,24 +117,22 @@ def test_the_cron_job_waits_for_the_batch_identity_and_kueue(prod_run):
 def test_editing_the_model_service_updates_the_cron_job_in_place(prod, prod_run, edit):
     """The CronJob keeps its name and namespace (nothing else replaces one), so Pulumi updates it; Jobs it has
     created are separate objects the update does not touch."""
-    before = prod_run
-    after, _ = run(with_changes(prod, model=edit))
-    old, new = batch_workloads(before), batch_workloads(after)
-    assert list(old) == list(new) == [(CRON_JOB, "prod-serving-nightly-eval-cronjob")]
-    key = next(iter(old))
-    assert replacing_changes(CRON_JOB, old[key], new[key]) == []
+    after = run_stack(with_changes(prod, model=edit))
+    changes = batch_changes(prod_run, after)
+    assert (changes["added"], changes["replaced"], changes["deleted"]) == ([], [], [])
+    assert list(batch_workloads(after)) == [(CRON_JOB, "prod-serving-nightly-eval-cronjob")]
     scripts = lambda r: next(x.inputs["data"] for x in r.resources if x.name == "prod-serving-nightly-eval-scripts")
-    assert (old[key], scripts(before)) != (new[key], scripts(after))  # the edit reaches the next run
+    assert changes["updated"] or scripts(prod_run) != scripts(after)  # the edit reaches the next run
 
 
-def test_the_same_edit_would_replace_a_plain_job(prod, prod_run):
-    """Why a Job cannot carry the schedule-less case as is: its pod template forces replacement."""
-    before = prod_run
-    after, _ = run(with_changes(prod, model={"image": "vllm/vllm-openai:v0.33.0-efa"}))
-    key = (CRON_JOB, "prod-serving-nightly-eval-cronjob")
-    as_job = lambda inputs: {"metadata": inputs["metadata"], "spec": inputs["spec"]["jobTemplate"]["spec"]}
-    old, new = as_job(batch_workloads(before)[key]), as_job(batch_workloads(after)[key])
-    assert replacing_changes(JOB, old, new) == ["spec.template"]
+def test_an_image_edit_reaches_the_job_template_which_would_replace_a_plain_job(prod, prod_run):
+    """Why the template cannot live in a Job under a fixed name: the same edit there forces replacement."""
+    after = run_stack(with_changes(prod, model={"image": "vllm/vllm-openai:v0.33.0-efa"}))
+    (updated,) = batch_changes(prod_run, after)["updated"]
+    assert updated["changed"] and all(p.startswith("spec.jobTemplate.spec.template.") for p in updated["changed"])
+    rule = rule_for(JOB)
+    as_job_paths = [p.removeprefix("spec.jobTemplate.") for p in updated["changed"]]
+    assert any(p == f or p.startswith(f + ".") for p in as_job_paths for f in rule.replace_on)
 
 
 # ------------------------------------------------------------------------------------ the one-off Job
@@ -172,7 +144,7 @@ def one_off(prod) -> StackSpec:
 
 
 def test_without_a_schedule_one_job_runs_retained_on_delete(one_off):
-    recording, options = run(one_off)
+    recording = run_stack(one_off)
     objects = kubernetes_objects(recording)
     assert not [o for o in objects if o["kind"] == "CronJob"]
     job = next(o for o in objects if o["kind"] == "Job")
@@ -180,19 +152,20 @@ def test_without_a_schedule_one_job_runs_retained_on_delete(one_off):
     assert job["metadata"]["name"].startswith("nightly-eval-") and len(job["metadata"]["name"]) == len("nightly-eval-") + 8
     assert job["metadata"]["labels"][QUEUE_LABEL] == "batch"
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"  # `pulumi up` does not wait for the run
-    assert options["prod-serving-nightly-eval-job"].retain_on_delete is True
+    registered = next(r for r in recording.resources if r.type == JOB)
+    assert registered.options["retain_on_delete"] is True  # Pulumi drops it from state, the run goes on
 
 
 def test_an_unchanged_one_off_job_keeps_its_name_and_an_edit_makes_a_new_job(one_off):
     """Same spec, same Job: nothing to replace. An edit gives the Job a new name, so Pulumi creates the new Job
     first (create-before-delete, no name clash) and, the old one being retained, never deletes the running run."""
-    first, second = run(one_off)[0], run(one_off)[0]
-    edited = run(with_changes(one_off, model={"image": "vllm/vllm-openai:v0.33.0-efa"}))[0]
+    first, second = run_stack(one_off), run_stack(one_off)
+    edited = run_stack(with_changes(one_off, model={"image": "vllm/vllm-openai:v0.33.0-efa"}))
+    assert batch_changes(first, second) == {"added": [], "updated": [], "replaced": [], "deleted": []}
+    (replaced,) = batch_changes(first, edited)["replaced"]
+    assert "metadata.name" in replaced["forced_by"]  # a new Job of a new name, created before the old is dropped
     key = (JOB, "prod-serving-nightly-eval-job")
-    name = lambda r: batch_workloads(r)[key]["metadata"]["name"]
-    assert name(first) == name(second)
-    assert name(edited) != name(first)
-    assert replacing_changes(JOB, batch_workloads(first)[key], batch_workloads(second)[key]) == []
+    assert batch_workloads(edited)[key]["metadata"]["name"] != batch_workloads(first)[key]["metadata"]["name"]
 
 
 # ------------------------------------------------------------------------------------------ refusals
