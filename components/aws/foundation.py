@@ -85,8 +85,8 @@ def check_resource_names(spec: StackSpec) -> None:
 
 def _check_node_group_tags(spec: StackSpec, index: int) -> None:
     """A node group carries the stack's tags and its cluster-autoscaler node-template tags (one per label,
-    taint and advertised resource), and its Auto Scaling group the template tags beside EKS's own: both
-    within AWS's tag limits, or EKS refuses the group or its tags."""
+    taint and advertised resource), and its Auto Scaling group the same beside EKS's own (the stack's tags
+    propagate from there to the instances): both within AWS's tag limits, or EKS refuses the group or its tags."""
     pool = spec.node_pools[index]
     path = f"node_pools[{index}]"
     for plan in plan_node_groups(pool):
@@ -101,7 +101,7 @@ def _check_node_group_tags(spec: StackSpec, index: int) -> None:
                     f"shorten that key (or value) in the pool's {field}",
                 )
         on_group = len({**spec.tags, **tags})
-        on_autoscaling_group = len(tags) + EKS_AUTOSCALING_GROUP_TAGS
+        on_autoscaling_group = on_group + EKS_AUTOSCALING_GROUP_TAGS  # the stack's tags go there too (launch)
         if max(on_group, on_autoscaling_group) > TAGS_PER_RESOURCE:
             raise SpecError(
                 f"{path}.labels",
