@@ -18,6 +18,7 @@ Upstream rules encoded here:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from kube_validation import assert_valid
 from pydantic import ValidationError
 
 from inferstack.catalog.replacement import rule_for
+from inferstack.cli import main
 from inferstack.engine.diff import compare_resources
 from inferstack.engine import run_stack
 from inferstack.engine.recorder import Recording
@@ -228,3 +230,22 @@ def test_a_starting_deadline_under_the_controllers_ten_second_check_is_refused(p
         with_changes(prod, job={"starting_deadline_seconds": 5})
     error = describe_validation_error(refused.value, StackSpec)
     assert error.path == "batch_jobs[0].starting_deadline_seconds" and "10" in error.problem
+
+
+# ------------------------------------------------------------------------------------------- policies
+
+
+def test_the_policies_read_the_cron_jobs_pod_template(prod_run, tmp_path, capsys):
+    """policies/workloads.py finds a CronJob's pods at spec.jobTemplate.spec.template: a privileged container
+    or a moving image tag there fails the pack as it would in a Deployment."""
+    resources = [r.as_dict() for r in prod_run.resources]
+    cron = next(r for r in resources if r["type"] == CRON_JOB)
+    vllm = next(c for c in cron["inputs"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+    vllm["securityContext"] = {**vllm["securityContext"], "privileged": True}
+    vllm["image"] = "vllm/vllm-openai:latest"
+    path = tmp_path / "resources.json"
+    path.write_text(json.dumps(resources), encoding="utf-8")
+    assert main(["check", "--resources", str(path), "--format", "json"]) == 1
+    report = {p["name"]: p for p in json.loads(capsys.readouterr().out)["policies"]}
+    for policy in ("no-privileged-workloads", "images-pinned"):
+        assert any(v["message"].startswith("CronJob batch/nightly-eval") for v in report[policy]["violations"]), policy
