@@ -123,8 +123,24 @@ def test_editing_the_model_service_updates_the_cron_job_in_place(prod, prod_run,
     changes = batch_changes(prod_run, after)
     assert (changes["added"], changes["replaced"], changes["deleted"]) == ([], [], [])
     assert list(batch_workloads(after)) == [(CRON_JOB, "prod-serving-nightly-eval-cronjob")]
-    scripts = lambda r: next(x.inputs["data"] for x in r.resources if x.name == "prod-serving-nightly-eval-scripts")
-    assert changes["updated"] or scripts(prod_run) != scripts(after)  # the edit reaches the next run
+    assert [c["name"] for c in changes["updated"]] == ["prod-serving-nightly-eval-cronjob"]  # the next run gets the edit
+
+
+def test_a_running_jobs_scripts_outlive_an_edit(prod, prod_run):
+    """A pod a running Job starts after an edit (a retry, a spot replacement) mounts the ConfigMaps its template
+    names: those are named by the run's revision, immutable, and retained when the edit replaces them."""
+    after = run_stack(with_changes(prod, model={"max_model_len": 4096}))
+    result = compare_resources([r.as_dict() for r in prod_run.resources], [r.as_dict() for r in after.resources])
+    replaced = {c["name"]: c for c in result["replaced"] if c["type"] == "kubernetes:core/v1:ConfigMap"}
+    assert set(replaced) == {"prod-serving-nightly-eval-prefetch", "prod-serving-nightly-eval-scripts"}
+    assert all("metadata.name" in c["forced_by"] for c in replaced.values())
+    for recording in (prod_run, after):
+        template = batch_workloads(recording)[(CRON_JOB, "prod-serving-nightly-eval-cronjob")]["spec"]["jobTemplate"]
+        mounted = {v["configMap"]["name"] for v in template["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
+        config_maps = {r.inputs["metadata"]["name"]: r for r in recording.resources if r.name in replaced}
+        assert mounted == set(config_maps)
+        assert all(r.inputs["immutable"] is True and r.options["retain_on_delete"] is True for r in config_maps.values())
+    assert run_stack(prod).resources == prod_run.resources  # no edit, same revision: nothing to replace
 
 
 def test_an_image_edit_reaches_the_job_template_which_would_replace_a_plain_job(prod, prod_run):

@@ -462,7 +462,9 @@ def test_batch_job_is_admitted_by_kueue_on_spot(prod, prod_render):
     assert [c["name"] for c in pod["initContainers"]] == ["prefetch-weights", "fetch-input"]
     vllm = container(job["spec"]["template"])
     assert vllm["resources"]["requests"]["nvidia.com/gpu"] == "1"
-    scripts = next(c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"] == f"{job_spec.name}-scripts")["data"]
+    mounted = next(v["configMap"]["name"] for v in pod["volumes"] if v["name"] == "scripts")
+    assert mounted.startswith(f"{job_spec.name}-scripts-")  # named by the run's revision
+    scripts = next(c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"] == mounted)["data"]
     assert "vllm run-batch -i /work/input.jsonl -o /work/output.jsonl --model /models/RedHatAI--Meta-Llama-3.1-8B-Instruct-FP8" in scripts["run"]
     assert "input_uri=s3://acme-ml-batch/eval/input.jsonl" in scripts["fetch"]
 

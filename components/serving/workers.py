@@ -294,14 +294,12 @@ class BatchJobArgs:
     workload_depends_on: Sequence[pulumi.Resource] = ()  # the Job only: service account, Kueue release
 
 
-def one_off_job_name(job: BatchJobSpec, job_spec: dict[str, Any], scripts: dict[str, str]) -> str:
-    """`<name>-<digest of the Job and its stage scripts>`: an edit makes a Job of a new name, so Pulumi creates
-    it beside the running one instead of deleting that one first to reuse the name."""
-    content = json.dumps({"spec": job_spec, "scripts": scripts}, sort_keys=True).encode()
-    return f"{job.name}-{hashlib.sha256(content).hexdigest()[:8]}"
+def content_digest(content: dict[str, Any]) -> str:
+    """Eight hex digits of what a batch run's pods get (job spec and scripts): the revision its objects are named by."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def cron_job_spec(job: BatchJobSpec, template_labels: dict[str, str], job_spec: dict[str, Any]) -> dict[str, Any]:
+def cron_job_spec(job: BatchJobSpec, template_labels: dict[str, str], job_spec: pulumi.Input[dict[str, Any]]) -> dict[str, Any]:
     """A CronJob running the batch Job on its schedule. Kueue admits each run through the queue label of the
     job template's metadata (which the CronJob controller copies to every Job it creates)."""
     optional = {"timeZone": job.time_zone, "startingDeadlineSeconds": job.starting_deadline_seconds}
@@ -321,8 +319,10 @@ class BatchJob(pulumi.ComponentResource):
 
     A Job's pod template is immutable (pulumi-kubernetes replaces a Job whose spec.template changes), so an
     edit of the model service would delete a running Job. A CronJob's template is updated in place and only
-    Jobs created after the edit use it; the one-off Job instead takes a content-derived name and is retained
-    on delete, so a replacement starts a new Job and leaves the running one to finish.
+    Jobs created after the edit use it; the one-off Job instead is named by its content's revision and
+    retained on delete, so a replacement starts a new Job and leaves the running one to finish. The script
+    ConfigMaps are named by the same revision, immutable and retained, so pods a running Job starts after an
+    edit (a retry, a spot replacement) still get that run's scripts.
     """
 
     def __init__(self, name: str, args: BatchJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -339,24 +339,10 @@ class BatchJob(pulumi.ComponentResource):
             model, hardware, pods.model_path(model),
             input_path=f"{WORK_DIR}/input.jsonl", output_path=f"{WORK_DIR}/output.jsonl",
         )
-        prefetch = ConfigMap(
-            f"{name}-prefetch",
-            metadata={"name": names.prefetch_config_map(job.name), "namespace": namespace, "labels": labels},
-            data={
-                "prefetch.sh": prefetch_script(model, hardware, args.weights_bucket),
-                PIN_SCRIPT: render_pin_script(pods.model_path(model)),
-            },
-            opts=child,
-        )
+        pin_script = render_pin_script(pods.model_path(model))
         stage_scripts = {
             stage: render_batch_stage(stage, job, shlex.join(pods.pinned_weights(argv))) for stage in ("fetch", "run", "upload")
         }
-        scripts = ConfigMap(
-            f"{name}-scripts",
-            metadata={"name": names.batch_scripts(job), "namespace": namespace, "labels": labels},
-            data=stage_scripts,
-            opts=child,
-        )
         work_mount = {"name": "work", "mountPath": WORK_DIR}
         script_mount = {"name": "scripts", "mountPath": "/scripts", "readOnly": True}
         aws_env = [{"name": "AWS_REGION", "value": spec.region}, {"name": "HOME", "value": "/tmp"}]
@@ -399,24 +385,50 @@ class BatchJob(pulumi.ComponentResource):
                 gpu_container,
                 s3_stage("upload", "upload"),
             ],
-            "volumes": [
-                *pods.cache_volumes(names.prefetch_config_map(job.name), memory),
+        }
+
+        def job_spec(revision: str) -> dict[str, Any]:
+            volumes = [
+                *pods.cache_volumes(f"{names.prefetch_config_map(job.name)}-{revision}", memory),
                 {"name": "work", "emptyDir": {}},
-                {"name": "scripts", "configMap": {"name": names.batch_scripts(job), "defaultMode": 0o555}},
-            ],
-        }
-        job_spec = {
-            # Kueue unsuspends the Job once it admits it; without Kueue it starts at once.
-            "suspend": bool(queue_labels),
-            "completionMode": "Indexed",
-            "completions": job.parallelism,
-            "parallelism": job.parallelism,
-            "backoffLimitPerIndex": 2,
-            "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+                {"name": "scripts", "configMap": {"name": f"{names.batch_scripts(job)}-{revision}", "defaultMode": 0o555}},
+            ]
+            return {
+                # Kueue unsuspends the Job once it admits it; without Kueue it starts at once.
+                "suspend": bool(queue_labels),
+                "completionMode": "Indexed",
+                "completions": job.parallelism,
+                "parallelism": job.parallelism,
+                "backoffLimitPerIndex": 2,
+                "podFailurePolicy": {
+                    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+                },
+                "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": {**pod_spec, "volumes": volumes}},
+            }
+
+        prefetch_text = prefetch_script(model, hardware, args.weights_bucket)
+        revision = prefetch_text.apply(
+            lambda text: content_digest({"prefetch.sh": text, PIN_SCRIPT: pin_script, "stages": stage_scripts, "job": job_spec("")})
+        )
+        retained = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(retain_on_delete=True))
+        prefetch = ConfigMap(
+            f"{name}-prefetch",
+            metadata={
+                "name": revision.apply(lambda r: f"{names.prefetch_config_map(job.name)}-{r}"),
+                "namespace": namespace,
+                "labels": labels,
             },
-            "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": pod_spec},
-        }
+            data={"prefetch.sh": prefetch_text, PIN_SCRIPT: pin_script},
+            immutable=True,
+            opts=retained,
+        )
+        scripts = ConfigMap(
+            f"{name}-scripts",
+            metadata={"name": revision.apply(lambda r: f"{names.batch_scripts(job)}-{r}"), "namespace": namespace, "labels": labels},
+            data=stage_scripts,
+            immutable=True,
+            opts=retained,
+        )
         workload_opts = pulumi.ResourceOptions.merge(
             child, pulumi.ResourceOptions(depends_on=[prefetch, scripts, *args.workload_depends_on])
         )
@@ -424,12 +436,12 @@ class BatchJob(pulumi.ComponentResource):
             self.workload: pulumi.CustomResource = CronJob(
                 f"{name}-cronjob",
                 metadata={"name": job.name, "namespace": namespace, "labels": labels},
-                spec=cron_job_spec(job, {**labels, **queue_labels}, job_spec),
+                spec=cron_job_spec(job, {**labels, **queue_labels}, revision.apply(job_spec)),
                 opts=workload_opts,
             )
-            object_name = job.name
+            object_name: pulumi.Input[str] = job.name
         else:
-            object_name = one_off_job_name(job, job_spec, stage_scripts)
+            object_name = revision.apply(lambda r: f"{job.name}-{r}")
             self.workload = Job(
                 f"{name}-job",
                 metadata={
@@ -438,7 +450,7 @@ class BatchJob(pulumi.ComponentResource):
                     "labels": {**labels, **queue_labels},
                     "annotations": dict(SKIP_AWAIT),
                 },
-                spec=job_spec,
+                spec=revision.apply(job_spec),
                 opts=pulumi.ResourceOptions.merge(workload_opts, pulumi.ResourceOptions(retain_on_delete=True)),
             )
         self.register_outputs({"workload": object_name, "shards": job.parallelism, "schedule": job.schedule})
