@@ -38,9 +38,9 @@ stack = StackSpec(
         NodePoolSpec(
             name="l40s",
             instance_types=["g6e.2xlarge", "g6e.4xlarge", "g6e.xlarge"],
-            min_nodes=1,
-            max_nodes=6,
-            capacity=CapacitySpec(on_demand_base=1, spot=True),
+            min_nodes=2,
+            max_nodes=7,                                          # one node of room: updates surge
+            capacity=CapacitySpec(on_demand_base=2, spot=True),
         ),
         NodePoolSpec(
             name="l40s-batch",
@@ -85,7 +85,7 @@ stack = StackSpec(
             pool="l40s",
             max_model_len=16384,
             max_num_seqs=64,
-            autoscaling=AutoscalingSpec(min_replicas=1, max_replicas=6, metric="epp_queue"),
+            autoscaling=AutoscalingSpec(min_replicas=2, max_replicas=6, metric="epp_queue"),  # online: never one
             traffic=TrafficSpec(requests_per_second=40, mean_input_tokens=1024, mean_output_tokens=256),
         ),
         ModelServiceSpec(

@@ -160,7 +160,7 @@ def test_each_pool_states_its_nodes_prices_and_spot_discount(stacks):
     assert h100["spot"] == {"assumed_discount": 0.6, "usd_per_node_hour": pytest.approx(55.04 * 0.4, abs=1e-3)}
     # llama-70b-long takes two whole nodes and llama-70b's two 4-GPU replicas a third: min scale has two.
     assert {p["name"]: p["nodes_for_min_replicas"] for p in plan["node_pools"]} == {
-        "h100": 3, "a100-mig": 1, "l40s": 1, "l40s-batch": 0,
+        "h100": 3, "a100-mig": 1, "l40s": 2, "l40s-batch": 0,
     }
 
 

@@ -388,7 +388,7 @@ def test_keda_never_scales_an_online_service_to_zero(tmp_path, capsys):
     resources = rendered()
     find(resources, "ScaledObject", "llama-8b-fp8")["inputs"]["spec"]["idleReplicaCount"] = 0
     code, report = check(resources, tmp_path, capsys)
-    assert code == 1 and "scales online service llama-8b-fp8 to zero (minReplicaCount 1, idleReplicaCount set)" in messages(
+    assert code == 1 and "scales online service llama-8b-fp8 to zero (minReplicaCount 2, idleReplicaCount set)" in messages(
         report, "keda-scaling-bounds"
     )
 
@@ -499,7 +499,7 @@ def test_budget_from_plan_json_beside_a_rendered_resources_file(tmp_path, capsys
     assert main(["check", "--resources", str(out / "resources.json"), "--format", "json"]) == 1
     report = {p["name"]: p for p in json.loads(capsys.readouterr().out)["policies"]}
     assert failing(report) == {"budget-at-max-scale"}
-    assert "at max scale the node groups cost $265.72/h, over the budget of $100.00/h" in messages(report, "budget-at-max-scale")
+    assert "at max scale the node groups cost $267.96/h, over the budget of $100.00/h" in messages(report, "budget-at-max-scale")
 
 
 def test_budget_without_config_is_not_applicable(tmp_path, capsys):
