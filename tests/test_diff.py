@@ -103,8 +103,10 @@ def test_changed_paths_treat_sets_as_unordered_and_lists_as_ordered():
 
 
 def test_adding_a_zone_adds_subnets_and_reports_existing_subnets_as_the_catalog_says():
-    """cidrBlock and availabilityZone are ForceNew on aws_subnet: an existing subnet whose CIDR moves is
-    reported replaced, forced by cidrBlock; one whose CIDR stays is left alone."""
+    """cidrBlock and availabilityZone are ForceNew on aws_subnet (vpc_subnet.go): with a fixed slot per zone
+    no existing subnet is replaced. subnetIds is ForceNew on aws_eks_node_group, so a group spanning every
+    zone is replaced when the zone joins it, and the diff says so (set a pool's availability_zones to keep
+    its groups where they are)."""
     def three(data):
         data["cluster"]["network"]["availability_zones"] = ZONES
 
@@ -121,9 +123,8 @@ def test_adding_a_zone_adds_subnets_and_reports_existing_subnets_as_the_catalog_
     for entry in result["replaced"]:
         if entry["type"] == subnet:
             assert entry["forced_by"] == ["cidrBlock"]
-    moved = _names(result, "replaced", subnet)
-    existing = {n for n in _names(result, "updated", subnet)} | moved
-    assert all("us-east-1d" not in n for n in existing)
+    assert _names(result, "replaced", subnet) == set()  # every zone keeps its slot (aws/network.py)
+    assert all("us-east-1d" not in n for n in _names(result, "updated", subnet))
     assert result["deleted"] == []
 
 
@@ -137,22 +138,36 @@ def test_changing_a_tag_replaces_nothing():
     assert result["updated"]
 
 
-def test_reordering_instance_types_is_reported_as_the_node_group_provider_treats_it():
-    """instance_types is a ForceNew ordered list on aws_eks_node_group: the GPU node group is replaced (and
-    rolls, and its serving workload goes down) unless the program keeps the order it sends stable."""
+def test_reordering_instance_types_replaces_no_node_group():
+    """instance_types is a ForceNew ordered list on aws_eks_node_group (node_group.go): the program keeps the
+    pool's primary type (instance_types[0], the one baselines run and prices quote) first and sorts the rest,
+    so reordering the others changes no node group input."""
     def reordered(data):
-        data["node_pools"][0]["instance_types"] = list(reversed(data["node_pools"][0]["instance_types"]))
+        primary, *others = data["node_pools"][0]["instance_types"]
+        data["node_pools"][0]["instance_types"] = [primary, *reversed(others)]
 
     result = _diff("dev", _unchanged, reordered)
     _assert_matches_catalog(result)
+    assert [c for c in result["replaced"] + result["updated"] if c["type"] == diff.NODE_GROUP] == []
+    assert result["node_groups_rolling"] == [] and result["blocking_replacements"] == []
+
+
+def test_choosing_another_primary_type_is_reported_as_the_node_group_provider_treats_it():
+    """A different first type is a real change (what baselines run and what a group is priced at): the
+    group whose instanceTypes change is replaced, forced by instanceTypes, and it rolls."""
+    def new_primary(data):
+        data["node_pools"][0]["instance_types"] = list(reversed(data["node_pools"][0]["instance_types"]))
+
+    result = _diff("dev", _unchanged, new_primary)
+    _assert_matches_catalog(result)
     groups = [c for c in result["replaced"] + result["updated"] if c["type"] == diff.NODE_GROUP]
+    changed = {g["name"] for g in groups if any(p.startswith("instanceTypes") for p in g["changed"])}
+    assert changed and _names(result, "replaced", diff.NODE_GROUP) == changed
     for group in groups:
-        if any(p.startswith("instanceTypes") for p in group["changed"]):
-            assert group in result["replaced"] and group["forced_by"] == ["instanceTypes"]
+        if group["name"] in changed:
+            assert group["forced_by"] == ["instanceTypes"]
             assert {"type": group["type"], "name": group["name"]} in result["blocking_replacements"]
-    reordered_groups = {g["name"] for g in groups if any(p.startswith("instanceTypes") for p in g["changed"])}
-    assert _names(result, "replaced", diff.NODE_GROUP) == reordered_groups
-    assert reordered_groups <= {r["name"] for r in result["node_groups_rolling"]}
+    assert changed <= {r["name"] for r in result["node_groups_rolling"]}
 
 
 def test_bumping_the_kubernetes_version_updates_the_cluster_in_place():
