@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -85,17 +86,18 @@ def _diff(args: argparse.Namespace) -> int:
     replaced, 0 otherwise, 2 on bad input."""
     from inferstack.engine import diff
     from inferstack.spec import SpecError
-    from inferstack.stacks import StackNotFound, find_project_root, load_stack
+    from inferstack.stacks import StackNotFound, load_stack
 
     try:
-        after = diff.run_spec(load_stack(_stacks_dir(args.stacks_dir), args.stack))
+        stacks_dir = _stacks_dir(args.stacks_dir)
+        after = diff.run_spec(load_stack(stacks_dir, args.stack))
         folder = Path(args.against)
         if folder.is_dir():
             before, note = diff.load_render(folder), None
         else:
-            root = find_project_root()
-            before = diff.run_spec(diff.stack_at_revision(root, Path(args.stack).stem, args.against))
-            note = f"stacks/{Path(args.stack).stem}.py at {args.against} rendered with today's program code"
+            stack = Path(args.stack).stem
+            before = diff.run_spec(diff.stack_at_revision(stacks_dir, stack, args.against))
+            note = f"the {stack} stack file at {args.against} rendered with today's program code"
     except (SpecError, StackNotFound, diff.DiffInputError, OSError) as error:
         print(f"inferstack: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -169,6 +171,16 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader stopped (e.g. `| head`): what was asked is done. Point stdout at /dev/null so the
+        # interpreter's final flush does not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _check(args)
@@ -203,7 +215,12 @@ def _plan_or_render(args: argparse.Namespace) -> int:
     if args.command == "render":
         from inferstack.engine.render import write_render
 
-        counts = write_render(recording, plan, args.out)
+        try:
+            counts = write_render(recording, plan, args.out)
+        except OSError as error:
+            print(f"inferstack: cannot write the render to {args.out}: {error}. To fix: give --out a folder "
+                  "that can be created", file=sys.stderr)
+            return EXIT_BAD_INPUT
         print(
             f"wrote {args.out}: {counts['resources']} resources, {counts['kubernetes']} Kubernetes objects, "
             f"{counts['helm']} Helm releases, plan.json"

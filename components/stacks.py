@@ -68,6 +68,17 @@ def _load_python(path: Path) -> StackSpec:
         raise SpecError(f"{path.name}:{_line_in(path, error)} {error.title}.{located.path}", located.problem, located.fix) from None
     except SpecError as error:
         raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
+    except SyntaxError as error:  # also a null byte or bad encoding in the source
+        where = f"line {error.lineno}" if error.lineno else "its source"
+        raise SpecError(
+            f"{path.name}:{where}", f"is not valid Python: {error.msg}", "fix the syntax (python -m py_compile shows it)"
+        ) from None
+    except Exception as error:  # the stack file's own code failed: an import, a name, a raise
+        raise SpecError(
+            f"{path.name}:{_line_in(path, error) or 'its code'}".rstrip(":"),
+            f"raised {type(error).__name__}: {error}",
+            "fix the stack file so that running it assigns `stack = StackSpec(...)`",
+        ) from None
     finally:
         sys.modules.pop(module_name, None)
     stack = getattr(module, "stack", None)
@@ -84,6 +95,8 @@ def _load_document(path: Path) -> StackSpec:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
         raise SpecError(path.name, f"is not valid {path.suffix[1:].upper()}: {error}", "fix the syntax") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(path.name, f"is not UTF-8 text ({error.reason} at byte {error.start})", "save it as UTF-8") from None
     try:
         return StackSpec.model_validate(data)
     except ValidationError as error:

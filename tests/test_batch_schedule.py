@@ -211,6 +211,8 @@ def test_kubernetes_cron_syntax_is_accepted(prod, schedule):
         ("0 0 * * fun", "'fun' is not a number or a name"),
         ("5-1 * * * *", "runs backwards"),
         ("*/0 * * * *", "not a positive number"),
+        ("*/99999999999999999999 * * * *", "not a positive number"),  # beyond strconv.Atoi's int64
+        ("\u0661 2 * * *", "is not a number"),  # an Arabic-Indic digit: Go's Atoi reads ASCII digits only
         ("@every 1h", "not one of the macros"),
         ("@nightly", "not one of the macros"),
         ("CRON_TZ=UTC 0 2 * * *", "TZ"),
@@ -224,7 +226,12 @@ def test_a_bad_schedule_is_refused_at_spec_time(prod, schedule, problem):
     assert problem in refused.value.problem
 
 
-@pytest.mark.parametrize(("zone", "problem"), [("Local", "explicit"), ("Europe/Pariss", "not an IANA time zone")])
+@pytest.mark.parametrize(
+    ("zone", "problem"),
+    [("Local", "explicit"), ("Europe/Pariss", "not an IANA time zone"), ("Europe", "not an IANA time zone"),
+     ("x" * 300, "not an IANA time zone")],
+    ids=["local", "misspelt", "a-region-folder", "too-long"],
+)
 def test_a_bad_time_zone_is_refused(prod, zone, problem):
     with pytest.raises(SpecError) as refused:
         with_changes(prod, job={"time_zone": zone})

@@ -32,25 +32,40 @@ def load_render(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     resources_file, plan_file = folder / "resources.json", folder / "plan.json"
     if not resources_file.is_file():
         raise DiffInputError(f"{folder} holds no resources.json: write one with `inferstack render <stack> --out {folder}`")
-    try:
-        resources = json.loads(resources_file.read_text(encoding="utf-8"))
-        plan = json.loads(plan_file.read_text(encoding="utf-8")) if plan_file.is_file() else {}
-    except (OSError, json.JSONDecodeError) as error:
-        raise DiffInputError(f"cannot read {folder}: {error}") from error
+    from inferstack.engine.policy_runner import CheckInputError, load_plan, load_resources
+
+    try:  # the readers `inferstack check --resources` uses: the same shapes refused the same way
+        resources = load_resources(resources_file)
+        plan = load_plan(plan_file) if plan_file.is_file() else {}
+        if not resources:
+            raise CheckInputError(f"{resources_file} lists no resources")
+        missing = next((i for i, r in enumerate(resources) if not isinstance(r.get("custom"), bool)), None)
+        if missing is not None:
+            raise CheckInputError(f"{resources_file} entry {missing} has no boolean 'custom'")
+    except CheckInputError as error:
+        raise DiffInputError(f"{error}. To fix: render the folder again with `inferstack render <stack> --out {folder}`") from None
     return resources, plan
 
 
-def stack_file_at(root: Path, stack: str, revision: str, into: Path) -> Path:
-    """Write stacks/<stack>.py as it was at `revision` into `into`; the program code stays today's."""
-    completed = subprocess.run(
-        ["git", "-C", str(root), "show", f"{revision}:stacks/{stack}.py"], capture_output=True, text=True
+STACK_SUFFIXES = (".py", ".yaml", ".yml", ".json")  # what `inferstack.stacks.load_stack` reads
+
+
+def stack_file_at(stacks_dir: Path, stack: str, revision: str, into: Path) -> Path:
+    """Write the stack's file as it was at `revision` (in the git repository holding `stacks_dir`) into
+    `into`; the program code stays today's."""
+    problem = "git show failed"
+    for suffix in STACK_SUFFIXES:
+        completed = subprocess.run(
+            ["git", "-C", str(stacks_dir), "show", f"{revision}:./{stack}{suffix}"], capture_output=True, text=True
+        )
+        if completed.returncode == 0:
+            (into / f"{stack}{suffix}").write_text(completed.stdout, encoding="utf-8")
+            return into
+        problem = completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else problem
+    raise DiffInputError(
+        f"no {stack}{'/'.join(STACK_SUFFIXES)} in {stacks_dir} at revision {revision!r} ({problem}). To fix: name "
+        "a revision (or branch) where the stack exists, or --against a folder written by `inferstack render`"
     )
-    if completed.returncode != 0:
-        problem = completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else "git show failed"
-        raise DiffInputError(f"no stacks/{stack}.py at revision {revision!r}: {problem}")
-    target = into / f"{stack}.py"
-    target.write_text(completed.stdout, encoding="utf-8")
-    return into
 
 
 def run_spec(spec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -62,12 +77,12 @@ def run_spec(spec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return [r.as_dict() for r in recording.resources], build_plan(spec, recording)
 
 
-def stack_at_revision(root: Path, stack: str, revision: str):
+def stack_at_revision(stacks_dir: Path, stack: str, revision: str):
     """The stack's spec as its file stood at `revision`, loaded with today's code."""
     from inferstack.stacks import load_stack
 
     with tempfile.TemporaryDirectory(prefix="inferstack-diff-") as folder:
-        return load_stack(stack_file_at(root, stack, revision, Path(folder)), stack)
+        return load_stack(stack_file_at(stacks_dir, stack, revision, Path(folder)), stack)
 
 
 # ------------------------------------------------------------------------------------- comparing

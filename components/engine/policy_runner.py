@@ -83,7 +83,7 @@ class PolicyResult:
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8 text
         raise CheckInputError(f"cannot read {what}: {error}") from None
 
 

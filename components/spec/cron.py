@@ -18,6 +18,9 @@ from collections.abc import Mapping
 MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
 
+GO_INT_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class CronField:
     name: str
@@ -59,7 +62,7 @@ def schedule_problem(schedule: str) -> str | None:
 
 def _range_problem(part: str, field: CronField) -> str | None:
     span, _, step = part.partition("/")
-    if step and not (step.isdigit() and int(step) > 0):
+    if step and not (_decimal(step) and 0 < int(step) <= GO_INT_MAX):  # robfig/cron parses it with strconv.Atoi
         return f"step {step!r} is not a positive number"
     if "/" in step:
         return "more than one '/'"
@@ -70,7 +73,7 @@ def _range_problem(part: str, field: CronField) -> str | None:
         return f"{span!r} has more than one '-'"
     numbers = []
     for bound in bounds:
-        number = field.names.get(bound.lower(), int(bound) if bound.isdigit() else None)
+        number = field.names.get(bound.lower(), int(bound) if _decimal(bound) else None)
         if number is None:
             return f"{bound!r} is not a number" + (f" or a name ({'/'.join(field.names).upper()})" if field.names else "")
         if not field.low <= number <= field.high:
@@ -87,6 +90,11 @@ def time_zone_problem(name: str) -> str | None:
         return "'Local' is refused: the zone must be explicit"
     try:
         zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder such as 'Europe', or too long
         return f"{name!r} is not an IANA time zone"
     return None
+
+
+def _decimal(text: str) -> bool:
+    """ASCII digits only, as Go's strconv.Atoi reads them (Python's isdigit also takes other scripts' digits)."""
+    return text.isascii() and text.isdigit()

@@ -629,6 +629,7 @@ class BatchJobSpec(Model):
     starting_deadline_seconds: int | None = Field(
         None,
         ge=10,
+        le=2**63 - 1,  # an int64 in batch/v1
         description="A run that cannot start this long after its time is skipped (at least 10: the CronJob "
         "controller checks every 10 seconds). Defaults to none: no deadline.",
     )
