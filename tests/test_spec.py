@@ -372,3 +372,14 @@ def test_a_checkpoint_format_vllm_cannot_load_is_refused(stored, says):
                     "head_dim": 128, "max_context": 32768}
     error = rejection(with_model(model="acme/x", architecture=architecture, checkpoint_format=stored))
     assert error.path.startswith("models[0].checkpoint_format") and says in error.problem
+
+
+def test_a_cluster_block_without_mode_creates_a_cluster():
+    """`mode` defaults to create, so a YAML `cluster:` block may leave it out; a wrong mode names the field."""
+    spec = base()
+    spec["cluster"] = {"kubernetes_version": "1.36", "endpoint_public_access": False}
+    assert StackSpec.model_validate(spec).cluster.mode == "create"
+    spec["cluster"] = {"mode": "creat"}
+    error = rejection(spec)
+    assert (error.path, error.problem) == ("cluster", "'creat' is not a known 'mode'")
+    assert error.fix == "use one of 'create', 'existing'"

@@ -99,7 +99,10 @@ def describe_validation_error(error: ValidationError, root: type[BaseModel] | No
         fix = f"use one of {allowed}"
     elif kind == "union_tag_invalid":
         ctx = first.get("ctx", {})
-        problem = f"{ctx.get('tag')!r} is not a known {ctx.get('discriminator')}"
+        field = str(ctx.get("discriminator"))
+        if field.endswith("()"):  # a callable discriminator, named after the field it reads
+            field = repr(field.removesuffix("()"))
+        problem = f"{ctx.get('tag')!r} is not a known {field}"
         fix = f"use one of {ctx.get('expected_tags')}"
     elif kind == "value_error":
         text = message.removeprefix("Value error, ")

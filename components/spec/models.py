@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from inferstack.catalog.models import checkpoint_format as catalog_checkpoint_format, model_facts
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_IMAGE
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, PrivateAttr, StringConstraints, field_validator, model_validator
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, min_length=1, max_length=40)]
@@ -135,7 +135,17 @@ class ExistingCluster(Model):
     )
 
 
-ClusterSpec = Annotated[Union[CreateCluster, ExistingCluster], Field(discriminator="mode")]
+def mode(value: object) -> str:
+    """`mode` picks the cluster kind; without one it is `create`, the documented default."""
+    if isinstance(value, dict):
+        return str(value.get("mode", "create"))
+    return str(getattr(value, "mode", "create"))
+
+
+ClusterSpec = Annotated[
+    Union[Annotated[CreateCluster, Tag("create")], Annotated[ExistingCluster, Tag("existing")]],
+    Discriminator(mode),
+]
 
 
 # ------------------------------------------------------------------------------------------ node pools
