@@ -10,8 +10,9 @@ Every measurement runs in a fresh interpreter, so import time and memory are rea
   itself, with none of inferstack's logic.
 
 It prints one JSON line per stack, one for the growth with the number of services and one for the
-fixed model mix's placements (planner, exhaustive optimum, one model per whole GPU), and one for the
-planner alone over 200 services.
+fixed model mix's placements (planner, exhaustive optimum, one model per whole GPU), one for the
+planner alone over 200 services, then the throughput model against each published measurement
+(modelled / measured) and its stated accuracy.
 Only the standard library is imported at module level: the children time their own imports.
 """
 
@@ -378,6 +379,57 @@ def placement_scale_line() -> dict[str, Any]:
     }
 
 
+def throughput_model_lines() -> list[dict[str, Any]]:
+    """The throughput model against every published measurement: one line a point, then its stated accuracy."""
+    from inferstack.planning.accuracy import accuracy, comparisons
+
+    lines = []
+    for row in comparisons():
+        point = row.measurement
+        lines.append({
+            "case": "measurement",
+            "measurement": point.id,
+            "model": point.model,
+            "instance_type": point.instance_type,
+            "tensor_parallel": point.tensor_parallel,
+            "tokens_in_out": [point.input_tokens, point.output_tokens],
+            "load": (
+                {"concurrency": point.concurrency} if point.concurrency is not None
+                else {"request_rate": point.request_rate}
+            ),
+            "engine": f"{point.engine} {point.engine_version or ''}".strip(),
+            "figure": row.figure,
+            "measured": point_figure(row.measured),
+            "modelled": point_figure(row.modelled),
+            "ratio": round(row.ratio, 3),
+            **latency_ratios(row),
+            **({"held_out": point.held_out} if point.held_out else {}),
+        })
+    stated = accuracy()
+    lines.append({
+        "case": "throughput-model", "accuracy": stated.stated(), "median_error": round(stated.median_error, 4),
+        "worst_factor": round(stated.worst_factor, 3), "worst_point": stated.worst_point,
+        "held_out": sum(1 for row in comparisons() if row.measurement.held_out),
+        "target": "median error <= 25%, every point within 1.5x",
+        "met": stated.median_error <= 0.25 and stated.worst_factor <= 1.5,
+    })
+    return lines
+
+
+def latency_ratios(row: Any) -> dict[str, float]:
+    """Modelled / measured inter-token latency and time to first token, where the point publishes them."""
+    ratios = {}
+    if row.measurement.itl_ms:
+        ratios["itl_ratio"] = round(row.point.inter_token_seconds * 1000 / row.measurement.itl_ms, 3)
+    if row.measurement.ttft_ms and not math.isinf(row.point.first_token_seconds):
+        ratios["ttft_ratio"] = round(row.point.first_token_seconds * 1000 / row.measurement.ttft_ms, 3)
+    return ratios
+
+
+def point_figure(value: float) -> float:
+    return round(value, 2 if value < 100 else 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inferstack.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="stacks to plan (default: all)")
@@ -406,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(growth_line(generated)), flush=True)
     print(json.dumps(fixed_mix_line()), flush=True)
     print(json.dumps(placement_scale_line()), flush=True)
+    for line in throughput_model_lines():
+        print(json.dumps(line), flush=True)
     return 0
 
 

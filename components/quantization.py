@@ -75,21 +75,36 @@ def vllm_quantization(model: ModelServiceSpec) -> str | None:
     return ONLINE_FP8_ARGUMENT if is_online(model) else None
 
 
+def kernel_family(model: ModelServiceSpec, gpu: Gpu) -> str:
+    """Which kernels run the served format's matmuls on this GPU: '16-bit', 'w8a8-fp8', 'w8a8-int8',
+    'w8a16-marlin' (FP8 without FP8 tensor cores, or 8-bit integer weight-only) or 'w4a16-marlin'."""
+    served = served_format(model)
+    if served.weight_bits == 16:
+        return "16-bit"
+    if served.weight_type == "float":
+        # The GPU catalog's FP8 hardware flag (compute capability 8.9 and newer).
+        return "w8a8-fp8" if gpu.fp8 else "w8a16-marlin"
+    if served.activation_bits == 8:
+        return "w8a8-int8"
+    return f"w{served.weight_bits}a16-marlin"
+
+
 def kernel(model: ModelServiceSpec, gpu: Gpu) -> str:
     """The kernel family vLLM 0.33 picks for the served format on this GPU, and what it implies."""
     served = served_format(model)
-    if served.weight_bits == 16:
+    family = kernel_family(model, gpu)
+    how = "quantized online at load" if is_online(model) else "as stored"
+    if family == "16-bit":
         return "16-bit weights and matmuls"
+    if family == "w8a8-fp8":
+        return f"FP8 W8A8 on FP8 tensor cores ({how})"
+    if family == "w8a8-int8":
+        return "INT8 W8A8 (CUTLASS scaled-mm)"
     if served.weight_type == "float":
-        how = "quantized online at load" if is_online(model) else "as stored"
-        if gpu.fp8:  # the GPU catalog's FP8 hardware flag (compute capability 8.9 and newer)
-            return f"FP8 W8A8 on FP8 tensor cores ({how})"
         return (
             f"weight-only FP8 Marlin (W8A16, {how}): {gpu.name} has no FP8 tensor cores, so weights take 1 byte "
             "each but matmuls run at the 16-bit rate"
         )
-    if served.activation_bits == 8:
-        return "INT8 W8A8 (CUTLASS scaled-mm)"
     return f"{served.weight_bits}-bit weight-only Marlin (W{served.weight_bits}A16)"
 
 

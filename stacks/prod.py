@@ -6,6 +6,7 @@ from inferstack.spec import (
     AutoscalingSpec,
     BatchJobSpec,
     CapacitySpec,
+    LatencySlo,
     MigSharing,
     ModelServiceSpec,
     NodePoolSpec,
@@ -86,7 +87,12 @@ stack = StackSpec(
             max_model_len=16384,
             max_num_seqs=64,
             autoscaling=AutoscalingSpec(min_replicas=2, max_replicas=6, metric="epp_queue"),  # online: never one
-            traffic=TrafficSpec(requests_per_second=40, mean_input_tokens=1024, mean_output_tokens=256),
+            # A 512-token system prompt shared by every request is served from the prefix cache; the SLO sizes
+            # the replicas for chat (the plan shows how many the traffic alone would need).
+            traffic=TrafficSpec(
+                requests_per_second=40, mean_input_tokens=1024, mean_output_tokens=256, shared_prefix_tokens=512
+            ),
+            slo=LatencySlo(ttft_ms=500, itl_ms=40),
         ),
         ModelServiceSpec(
             name="bge-embed",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from inferstack import bench
+from inferstack.catalog.measurements import MEASUREMENTS
 from inferstack.engine import run_stack
 from inferstack.engine.mocks import PlanMocks
 from inferstack.engine.policy_runner import blocking, run_policies, spec_policy_config
@@ -98,7 +99,7 @@ def test_bench_prints_a_plan_line_with_its_floor_the_fixed_mix_and_the_planner_a
     monkeypatch.chdir(ROOT)
     assert bench.main(["--cases", "dev", "--repeat", "1"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    plan, mix, scale = lines
+    plan, mix, scale, *measurements, model = lines
     assert plan["case"] == "plan" and plan["stack"] == "dev" and plan["services"] == 1
     assert plan["resources"] > 50 and plan["seconds"] > 0 and plan["floor_seconds"] > 0
     assert plan["ratio"] == round(plan["seconds"] / plan["floor_seconds"], 2)
@@ -107,3 +108,6 @@ def test_bench_prints_a_plan_line_with_its_floor_the_fixed_mix_and_the_planner_a
     assert mix["case"] == "fixed-mix" and mix["met"] is True
     assert scale["case"] == "placement-200" and scale["cpu_seconds"] > 0 and isinstance(scale["met"], bool)
     assert scale["usd_per_hour"] <= scale["naive_usd_per_hour"]
+    assert len(measurements) == len(MEASUREMENTS) and {m["case"] for m in measurements} == {"measurement"}
+    assert all(abs(m["ratio"] - m["modelled"] / m["measured"]) < 0.01 for m in measurements)
+    assert model["case"] == "throughput-model" and model["met"] is True

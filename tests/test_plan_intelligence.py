@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from inferstack.decode_cost import ASSUMPTIONS, service_decode_cost
+from inferstack.planning.accuracy import accuracy
+from inferstack.planning.service_performance import ASSUMPTIONS, service_estimate
 from inferstack.engine import run_stack
 from inferstack.engine.report import print_plan
 from inferstack.engine.summary import build_plan, graph_resources, time_to_serving
@@ -166,15 +167,17 @@ def test_each_pool_states_its_nodes_prices_and_spot_discount(stacks):
 
 def test_models_with_traffic_get_dollars_per_million_output_tokens(stacks):
     spec, _, plan = stacks["prod"]
-    rows = {row["model"]: row for row in plan["decode_cost"]["models"]}
+    rows = {row["model"]: row for row in plan["throughput"]["models"]}
     assert set(rows) == {m.name for m in spec.models if m.traffic is not None} == {"llama-70b", "llama-8b-fp8"}
     for name, row in rows.items():
         model = spec.model_service(name)
-        estimate = service_decode_cost(model, PoolHardware(spec.pool(model.pool)))
+        estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)))
         assert row["usd_per_million_output_tokens"] == pytest.approx(estimate.usd_per_million_output_tokens, abs=1e-4)
         assert row["replicas_needed"] == estimate.replicas <= row["max_replicas"]
-    assert [a["name"] for a in plan["decode_cost"]["assumptions"]] == [a.name for a in ASSUMPTIONS]
-    assert stacks["dev"][2]["decode_cost"] == {"models": [], "assumptions": []}   # dev states no traffic
+        assert row["at_traffic"]["itl_ms"] == pytest.approx(estimate.at_traffic.inter_token_seconds * 1000, abs=0.01)
+    assert [a["name"] for a in plan["throughput"]["assumptions"]] == [a.name for a in ASSUMPTIONS]
+    assert plan["throughput"]["accuracy"]["stated"] == accuracy().stated()
+    assert stacks["dev"][2]["throughput"] == {"models": [], "assumptions": [], "accuracy": None}   # dev states no traffic
 
 
 def test_the_text_plan_prints_costs_assumptions_and_times(stacks):
@@ -183,7 +186,9 @@ def test_the_text_plan_prints_costs_assumptions_and_times(stacks):
     console = Console(record=True, width=240)
     print_plan(plan, console)
     text = console.export_text()
-    for needle in ("60% off", "$/1M out", "$0.9556", "Time to serving", "lower bound", "34m 38s",
+    fp8 = next(row for row in plan["throughput"]["models"] if row["model"] == "llama-8b-fp8")
+    for needle in ("60% off", "$/1M out", f"${fp8['usd_per_million_output_tokens']:.4f}", "Time to serving",
+                   "lower bound", "34m 38s", f"model: {plan['throughput']['accuracy']['short']}",
                    "first ready replica", "h100: its models' min replicas need 3 nodes"):
         assert needle in text, needle
     for assumption in ASSUMPTIONS:

@@ -229,6 +229,28 @@ REJECTIONS = {
         lambda s: s["node_pools"][0].update(availability_zones=["us-west-2a"]),
         "node_pools[0].availability_zones[0]", "not in region us-east-1",
     ),
+    "an slo without traffic": (
+        lambda s: s["models"][0].update(slo={"itl_ms": 30}),
+        "models[0].slo", "states no traffic",
+    ),
+    "an slo with no target": (
+        lambda s: s["models"][0].update(traffic={"requests_per_second": 1}, slo={}),
+        "models[0].slo", "states ttft_ms, itl_ms or both",
+    ),
+    "a shared prefix as long as the prompt": (
+        lambda s: s["models"][0].update(traffic={"requests_per_second": 1, "mean_input_tokens": 512,
+                                                 "shared_prefix_tokens": 512}),
+        "models[0].traffic", "must be less than mean_input_tokens (512)",
+    ),
+    "a shared prefix without prefix caching": (
+        lambda s: s["models"][0].update(enable_prefix_caching=False, traffic={"requests_per_second": 1,
+                                                                             "shared_prefix_tokens": 256}),
+        "models[0].traffic.shared_prefix_tokens", "recomputed for every request",
+    ),
+    "a latency target of zero": (
+        lambda s: s["models"][0].update(traffic={"requests_per_second": 1}, slo={"ttft_ms": 0}),
+        "models[0].slo.ttft_ms", "greater than 0",
+    ),
 }
 
 

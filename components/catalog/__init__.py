@@ -52,6 +52,8 @@ class Gpu:
     memory_mib: int
     memory_bandwidth_gbs: float
     bf16_dense_tflops: float | None
+    fp8_dense_tflops: float | None      # None without FP8 tensor cores
+    int8_dense_tops: float | None
     fp8: bool
     mig_compute_slices: int
     mig_memory_slices: int
@@ -86,6 +88,8 @@ class InstanceType:
     network_cards: int
     usage_classes: tuple[str, ...]
     on_demand_usd_per_hour: float | None
+    gpu_link: str                        # how its GPUs exchange data: 'nvlink' or 'pcie'
+    gpu_link_gbs_per_direction: float    # GB/s one GPU sends to its peers
 
     @property
     def has_instance_store(self) -> bool:
@@ -124,6 +128,10 @@ def _read(filename: str) -> dict[str, Any]:
     return json.loads(files(__name__).joinpath(filename).read_text(encoding="utf-8"))
 
 
+def _number(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
 def _gpu(name: str, raw: Mapping[str, Any]) -> Gpu:
     mig = raw["mig"] or {"compute_slices": 0, "memory_slices": 0, "profiles": []}
     return Gpu(
@@ -132,7 +140,9 @@ def _gpu(name: str, raw: Mapping[str, Any]) -> Gpu:
         compute_capability=raw["compute_capability"],
         memory_mib=raw["memory_mib"],
         memory_bandwidth_gbs=float(raw["memory_bandwidth_gbs"]),
-        bf16_dense_tflops=None if raw["bf16_dense_tflops"] is None else float(raw["bf16_dense_tflops"]),
+        bf16_dense_tflops=_number(raw["bf16_dense_tflops"]),
+        fp8_dense_tflops=_number(raw["fp8_dense_tflops"]),
+        int8_dense_tops=_number(raw["int8_dense_tops"]),
         fp8=raw["fp8"],
         mig_compute_slices=mig["compute_slices"],
         mig_memory_slices=mig["memory_slices"],
@@ -140,11 +150,14 @@ def _gpu(name: str, raw: Mapping[str, Any]) -> Gpu:
     )
 
 
-def _instance_type(name: str, raw: Mapping[str, Any], gpus: Mapping[str, Gpu]) -> InstanceType:
+def _instance_type(
+    name: str, raw: Mapping[str, Any], gpus: Mapping[str, Gpu], links: Mapping[str, Mapping[str, Any]]
+) -> InstanceType:
     nvme = raw["nvme"] or {"count": 0, "size_gb": 0}
+    family = name.split(".", 1)[0]
     return InstanceType(
         name=name,
-        family=name.split(".", 1)[0],
+        family=family,
         gpu=gpus[raw["gpu"]],
         gpu_count=raw["gpu_count"],
         vcpus=raw["vcpus"],
@@ -156,14 +169,20 @@ def _instance_type(name: str, raw: Mapping[str, Any], gpus: Mapping[str, Gpu]) -
         network_cards=raw["network_cards"],
         usage_classes=tuple(raw["usage_classes"]),
         on_demand_usd_per_hour=raw["on_demand_usd_per_hour"],
+        gpu_link=links[family]["link"],
+        gpu_link_gbs_per_direction=float(links[family]["gbs_per_direction"]),
     )
 
 
 GPUS: Mapping[str, Gpu] = MappingProxyType(
     {name: _gpu(name, raw) for name, raw in _read("gpus.json")["gpus"].items()}
 )
+_INSTANCES = _read("instances.json")
 INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
-    {name: _instance_type(name, raw, GPUS) for name, raw in _read("instances.json")["instance_types"].items()}
+    {
+        name: _instance_type(name, raw, GPUS, _INSTANCES["gpu_interconnect"])
+        for name, raw in _INSTANCES["instance_types"].items()
+    }
 )
 
 

@@ -154,7 +154,7 @@ def render_html(plan: dict[str, Any]) -> str:
         colours=colours,
         pools=[{"pool": pool, "drawing": pool_drawing(plan, pool, colours)} for pool in plan["node_pools"]],
         charts={m["model"]: serving_chart(m, horizon) for m in models},
-        decode={row["model"]: row for row in plan["decode_cost"]["models"]},
+        estimates={row["model"]: row for row in plan["throughput"]["models"]},
         serving={m["model"]: m for m in models},
     )
 

@@ -117,8 +117,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     if totals["budget_usd_per_hour"] is not None:
         within = (totals["usd_per_hour_max"] or 0) <= totals["budget_usd_per_hour"]
         console.print(f"  budget {_usd(totals['budget_usd_per_hour'])}/h: {'within' if within else '[red]OVER[/red]'}")
-    if plan.get("decode_cost", {}).get("models"):
-        print_decode_cost(plan["decode_cost"], console)
+    if plan.get("throughput", {}).get("models"):
+        print_throughput(plan["throughput"], console)
     if plan.get("rollouts", {}).get("models"):
         print_rollouts(plan["rollouts"], console)
     if plan.get("time_to_serving", {}).get("models"):
@@ -127,33 +127,50 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
         print_policy_results(plan["policies"], console, passing=False)
 
 
-def print_decode_cost(decode: dict[str, Any], console: Console) -> None:
-    """$/1M output tokens per model at its stated traffic, then every assumption of the model."""
+def _ms(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
+
+
+def print_throughput(estimates: dict[str, Any], console: Console) -> None:
+    """Per model at its stated traffic: replicas, latency, $/h and $/1M output tokens with the model's
+    stated accuracy, then every assumption of the model."""
+    accuracy = estimates["accuracy"]
     table = Table(
-        title="Decode cost at the stated traffic (memory-bandwidth model, on-demand prices)", title_justify="left"
+        title=f"Throughput and cost at the stated traffic (engine step model: {accuracy['stated']}; on-demand prices)",
+        title_justify="left",
     )
-    for column in ("model", "traffic", "batch", "tok/s/replica", "replicas", "$/h", "$/1M out", "at full load"):
+    for column in ("model", "traffic", "replicas", "per replica at traffic", "at full load", "$/h", "$/1M out"):
         table.add_column(column)
-    for row in decode["models"]:
+    for row in estimates["models"]:
         traffic = row["traffic"]
         asked = (
             f"{traffic['requests_per_second']:g} req/s x {traffic['mean_input_tokens']}->"
             f"{traffic['mean_output_tokens']} tok"
         )
+        if traffic["shared_prefix_tokens"]:
+            asked += f" ({traffic['shared_prefix_tokens']} shared)"
         if "error" in row:
-            table.add_row(row["model"], asked, f"[red]{row['error']}[/red]", *[""] * 5)
+            table.add_row(row["model"], asked, f"[red]{row['error']}[/red]", *[""] * 4)
             continue
         replicas = f"{row['replicas_needed']} (max {row['max_replicas']})"
+        if row["replicas_for_slo"] is not None and row["replicas_for_slo"] > row["replicas_for_traffic"]:
+            replicas += f"; {row['replicas_for_traffic']} without the SLO"
+        if row["slo_unreachable"]:
+            replicas += f"\n[red]SLO unreachable: {row['slo_unreachable']}[/red]"
         if row["replicas_needed"] > row["max_replicas"]:
-            replicas = f"[red]{replicas}: raise max_replicas[/red]"
+            replicas += "\n[red]raise max_replicas[/red]"
+        at, full = row["at_traffic"], row["full_load"]
         table.add_row(
-            row["model"], asked, f"{row['batch']} ({row['batch_limit']})",
-            f"{row['tokens_per_second_per_replica']:,.0f}", replicas, _usd(row["usd_per_hour"]),
-            f"${row['usd_per_million_output_tokens']:.4f}", f"${row['usd_per_million_output_tokens_at_full_load']:.4f}",
+            row["model"], asked, replicas,
+            f"{at['tokens_per_second']:,.0f} tok/s, TTFT {_ms(at['ttft_ms'])}, ITL {_ms(at['itl_ms'])}",
+            f"{full['tokens_per_second']:,.0f} tok/s ({full['running']:.0f} seqs, {full['limit']})",
+            _usd(row["usd_per_hour"]),
+            f"${row['usd_per_million_output_tokens']:.4f} (${row['usd_per_million_output_tokens_at_full_load']:.4f} "
+            f"at full load)\n[dim]model: {accuracy['short']}[/dim]",
         )
     console.print(table)
-    console.print("  assumptions of the decode model:")
-    for assumption in decode["assumptions"]:
+    console.print("  assumptions of the throughput model:")
+    for assumption in estimates["assumptions"]:
         console.print(f"    - {assumption['name']} = {assumption['value']}: {assumption['why']}",
                       markup=False, highlight=False, soft_wrap=True)
 

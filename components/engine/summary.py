@@ -177,9 +177,23 @@ def rollouts(spec: StackSpec) -> dict[str, Any]:
     }
 
 
-def decode_costs(spec: StackSpec) -> dict[str, Any]:
-    """$/1M output tokens of every model that states its traffic, with the model's assumptions."""
-    from inferstack.decode_cost import ASSUMPTIONS, service_decode_cost
+def _load_figures(point: Any) -> dict[str, Any]:
+    """One replica's steady state as the plan prints it."""
+    return {
+        "running": round(point.running, 1),
+        "limit": point.limit,
+        "tokens_per_second": round(point.output_tokens_per_second, 1),
+        "ttft_ms": None if math.isinf(point.first_token_seconds) else round(point.first_token_seconds * 1000, 1),
+        "itl_ms": round(point.inter_token_seconds * 1000, 2),
+        "bound": point.steps.decode_step.bound,
+    }
+
+
+def throughput(spec: StackSpec) -> dict[str, Any]:
+    """Per service that states its traffic: throughput, latency, replicas and $/1M output tokens, with the
+    model's assumptions and its stated accuracy against published measurements."""
+    from inferstack.planning.accuracy import accuracy
+    from inferstack.planning.service_performance import ASSUMPTIONS, service_estimate
 
     rows = []
     for model in spec.models:
@@ -189,25 +203,23 @@ def decode_costs(spec: StackSpec) -> dict[str, Any]:
         row: dict[str, Any] = {
             "model": model.name,
             "pool": model.pool,
-            "traffic": {
-                "requests_per_second": traffic.requests_per_second,
-                "mean_input_tokens": traffic.mean_input_tokens,
-                "mean_output_tokens": traffic.mean_output_tokens,
-            },
+            "traffic": traffic.model_dump(),
+            "slo": None if model.slo is None else model.slo.model_dump(),
         }
         try:
-            estimate = service_decode_cost(model, PoolHardware(spec.pool(model.pool)))
+            estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)))
         except ValueError as error:   # no catalog price, or the KV cache cannot hold one request
             rows.append({**row, "error": str(error)})
             continue
         rows.append(
             {
                 **row,
-                "batch": estimate.batch,
-                "batch_limit": estimate.batch_limit,
-                "step_ms": round(estimate.step_seconds * 1000, 2),
-                "tokens_per_second_per_replica": round(estimate.tokens_per_second, 1),
-                "traffic_tokens_per_second": round(estimate.traffic_tokens_per_second, 1),
+                "at_traffic": _load_figures(estimate.at_traffic),
+                "full_load": _load_figures(estimate.full_load),
+                "traffic_tokens_per_second": round(estimate.traffic_output_tokens_per_second, 1),
+                "replicas_for_traffic": estimate.replicas_for_traffic,
+                "replicas_for_slo": estimate.replicas_for_slo,
+                "slo_unreachable": estimate.slo_unreachable,
                 "replicas_needed": estimate.replicas,
                 "max_replicas": model.autoscaling.max_replicas,
                 "usd_per_hour": round(estimate.usd_per_hour, 2),
@@ -218,8 +230,20 @@ def decode_costs(spec: StackSpec) -> dict[str, Any]:
                 "priced_at": "on-demand",
             }
         )
-    assumptions = [{"name": a.name, "value": a.value, "why": a.why} for a in ASSUMPTIONS] if rows else []
-    return {"models": rows, "assumptions": assumptions}
+    if not rows:
+        return {"models": [], "assumptions": [], "accuracy": None}
+    stated = accuracy()
+    return {
+        "models": rows,
+        "assumptions": [{"name": a.name, "value": a.value, "why": a.why} for a in ASSUMPTIONS],
+        "accuracy": {
+            "points": stated.points,
+            "median_error": round(stated.median_error, 4),
+            "worst_factor": round(stated.worst_factor, 3),
+            "short": stated.short(),
+            "stated": stated.stated(),
+        },
+    }
 
 
 # Charts of the releases a pod of a model waits for once it exists (serving_time.installer names them).
@@ -489,7 +513,7 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "unpriced_pools": [p["name"] for p in pools if p["usd_per_hour"]["max"] is None],
             "budget_usd_per_hour": spec.budget.max_usd_per_hour,
         },
-        "decode_cost": decode_costs(spec),
+        "throughput": throughput(spec),
         "rollouts": rollouts(spec),
         "time_to_serving": time_to_serving(spec, recording),
         "outputs": sorted(recording.outputs),

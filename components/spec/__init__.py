@@ -30,6 +30,7 @@ from inferstack.spec.models import (
     SystemNodesSpec,
     Taint,
     TimeSlicing,
+    LatencySlo,
     TrafficSpec,
     WeightsStoreSpec,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "SystemNodesSpec",
     "Taint",
     "TimeSlicing",
+    "LatencySlo",
     "TrafficSpec",
     "WeightsStoreSpec",
     "describe_validation_error",

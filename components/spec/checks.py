@@ -394,6 +394,19 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             f"{model.max_model_len} is longer than {model.model}'s context of {max_context} tokens",
             f"set max_model_len to {max_context} or less",
         )
+    if model.slo is not None and model.traffic is None:
+        raise SpecError(
+            f"{path}.slo",
+            "an slo is measured at a load, but the service states no traffic",
+            "add traffic (requests_per_second and mean token counts) or remove the slo",
+        )
+    if model.traffic is not None and model.traffic.shared_prefix_tokens and not model.enable_prefix_caching:
+        raise SpecError(
+            f"{path}.traffic.shared_prefix_tokens",
+            f"{model.traffic.shared_prefix_tokens} shared tokens are recomputed for every request with "
+            "enable_prefix_caching false",
+            "set enable_prefix_caching to true, or shared_prefix_tokens to 0",
+        )
     _check_placement(spec, path, model, hardware)
     _check_efa_image(path, model, hardware)
     from inferstack.sizing import check_fit  # sizing imports the spec package; import once it is loaded

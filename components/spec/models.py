@@ -492,6 +492,40 @@ class TrafficSpec(Model):
     requests_per_second: float = Field(gt=0, description="Mean requests per second. Required.")
     mean_input_tokens: int = Field(1024, ge=1, description="Mean prompt tokens. Defaults to 1024.")
     mean_output_tokens: int = Field(256, ge=1, description="Mean generated tokens. Defaults to 256.")
+    shared_prefix_tokens: int = Field(
+        0,
+        ge=0,
+        description="Leading prompt tokens every request shares (a system prompt or few-shot examples), computed "
+        "once and then served from vLLM's prefix cache. Defaults to 0.",
+    )
+
+    @model_validator(mode="after")
+    def _prefix_within_prompt(self) -> "TrafficSpec":
+        if self.shared_prefix_tokens >= self.mean_input_tokens:
+            raise ValueError(
+                f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be less than mean_input_tokens "
+                f"({self.mean_input_tokens}): a prompt is its shared prefix plus at least one token of its own. "
+                "To fix: lower shared_prefix_tokens, or raise mean_input_tokens to the whole prompt's length"
+            )
+        return self
+
+
+class LatencySlo(Model):
+    """Latency targets at the stated traffic; the plan sizes replicas to meet them."""
+
+    ttft_ms: float | None = Field(
+        None, gt=0, description="Mean time to first token, in milliseconds. Defaults to none."
+    )
+    itl_ms: float | None = Field(
+        None, gt=0, description="Mean inter-token latency (time per output token after the first), in milliseconds. "
+        "Defaults to none.",
+    )
+
+    @model_validator(mode="after")
+    def _states_a_target(self) -> "LatencySlo":
+        if self.ttft_ms is None and self.itl_ms is None:
+            raise ValueError("an slo states ttft_ms, itl_ms or both. To fix: set ttft_ms and/or itl_ms, or remove the slo")
+        return self
 
 
 class ModelServiceSpec(Model):
@@ -569,6 +603,10 @@ class ModelServiceSpec(Model):
         "so a multi-node service on an EFA pool may use it. Defaults to false.",
     )
     traffic: TrafficSpec | None = Field(None, description="Expected traffic for cost per token. Defaults to none.")
+    slo: LatencySlo | None = Field(
+        None, description="Latency targets at the stated traffic (needs traffic); the plan shows the replicas they "
+        "need. Defaults to none.",
+    )
 
     @property
     def gpus_per_replica(self) -> int:

@@ -1,0 +1,75 @@
+"""Published serving measurements as data: each point's model, hardware, workload, engine and measured figures.
+
+`serving_measurements.json` holds points read from benchmark pages (vLLM, TensorRT-LLM, NIM and
+others), each with its source and the quote its numbers come from. The throughput model is held
+against every point (inferstack.planning.accuracy); nothing here is computed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One published point: a model served on `gpus` GPUs of an instance type at a stated load."""
+
+    id: str
+    model: str                      # catalog model or checkpoint id served
+    quantization: str               # the spec's quantization value that serves it ('auto' or online 'fp8')
+    kv_cache_dtype: str
+    instance_type: str              # a catalog instance type carrying the measured GPU
+    tensor_parallel: int
+    replicas: int                   # data-parallel copies sharing the load (1 for most points)
+    input_tokens: int
+    output_tokens: int
+    concurrency: int | None         # closed loop: requests in flight (offline runs: every prompt at once)
+    request_rate: float | None      # open loop: requests per second
+    max_num_seqs: int | None        # engine limits the run used, when they differ from vLLM 0.33's defaults
+    max_num_batched_tokens: int | None
+    gpu_memory_utilization: float   # the engine's memory share (0.9 before vLLM 0.20 and in TensorRT-LLM)
+    engine: str
+    engine_version: str | None
+    output_tokens_per_second: float | None
+    itl_ms: float | None
+    ttft_ms: float | None
+    source: Mapping[str, Any]
+    held_out: str | None            # why the point is shown but not counted in the stated accuracy
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel * self.replicas
+
+
+def _measurement(raw: Mapping[str, Any]) -> Measurement:
+    measured = raw["measured"]
+    return Measurement(
+        id=raw["id"],
+        model=raw["model"],
+        quantization=raw.get("quantization", "auto"),
+        kv_cache_dtype=raw.get("kv_cache_dtype", "auto"),
+        instance_type=raw["instance_type"],
+        tensor_parallel=raw.get("tensor_parallel", 1),
+        replicas=raw.get("replicas", 1),
+        input_tokens=raw["input_tokens"],
+        output_tokens=raw["output_tokens"],
+        concurrency=raw.get("concurrency"),
+        request_rate=raw.get("request_rate"),
+        max_num_seqs=raw.get("max_num_seqs"),
+        max_num_batched_tokens=raw.get("max_num_batched_tokens"),
+        gpu_memory_utilization=raw.get("gpu_memory_utilization", 0.92),
+        engine=raw["engine"],
+        engine_version=raw.get("engine_version"),
+        output_tokens_per_second=measured.get("output_tokens_per_second"),
+        itl_ms=measured.get("itl_ms"),
+        ttft_ms=measured.get("ttft_ms"),
+        source=raw["source"],
+        held_out=raw.get("held_out"),
+    )
+
+
+_RAW = json.loads(files("inferstack.catalog").joinpath("serving_measurements.json").read_text(encoding="utf-8"))
+MEASUREMENTS: tuple[Measurement, ...] = tuple(_measurement(raw) for raw in _RAW["points"])

@@ -1,0 +1,120 @@
+"""The throughput model held against published measurements: its error on each point, and in sum.
+
+Each point of catalog/serving_measurements.json becomes the service a platform team would write for
+it (model, precision, instance type, tensor parallelism, engine limits), sized by the same functions
+the plan uses; the load model then runs the point's workload at its concurrency or request rate.
+The figure compared is output tokens/s for closed-loop and offline points, and inter-token latency
+for open-loop ones below saturation (where throughput is just the offered rate).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from functools import cache
+
+from inferstack.catalog.measurements import MEASUREMENTS, Measurement
+from inferstack.planning.load import LoadPoint, Workload, at_concurrency, at_request_rate
+from inferstack.planning.service_performance import engine_for
+from inferstack.spec.models import ModelServiceSpec, NodePoolSpec
+from inferstack.spec.pools import PoolHardware
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The model's figure next to a measured one; ratio = modelled / measured."""
+
+    measurement: Measurement
+    figure: str                  # 'output tokens/s' or 'inter-token latency'
+    measured: float
+    modelled: float
+    point: LoadPoint
+
+    @property
+    def ratio(self) -> float:
+        return self.modelled / self.measured
+
+    @property
+    def error(self) -> float:
+        """Relative error against the measured figure."""
+        return abs(self.ratio - 1)
+
+    @property
+    def factor(self) -> float:
+        """How many times off, either way (1.0 = exact)."""
+        return max(self.ratio, 1 / self.ratio)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    points: int
+    median_error: float
+    worst_factor: float
+    worst_point: str
+
+    def short(self) -> str:
+        return f"median error {self.median_error:.0%}, worst {self.worst_factor:.2f}x"
+
+    def stated(self) -> str:
+        return f"{self.short()}, over {self.points} published measurements"
+
+
+def service_for(point: Measurement) -> tuple[ModelServiceSpec, PoolHardware]:
+    """The service spec and pool a platform team would write to serve the measured setup."""
+    pool = NodePoolSpec(name="measured", instance_types=[point.instance_type], max_nodes=1)
+    context = point.input_tokens + point.output_tokens
+    model = ModelServiceSpec(
+        name="measured",
+        model=point.model,
+        pool="measured",
+        quantization=point.quantization,
+        kv_cache_dtype=point.kv_cache_dtype,
+        tensor_parallel=point.tensor_parallel,
+        max_model_len=max(context, 2048),
+        max_num_seqs=point.max_num_seqs,
+        max_num_batched_tokens=point.max_num_batched_tokens,
+        gpu_memory_utilization=point.gpu_memory_utilization,
+    )
+    return model, PoolHardware(pool)
+
+
+def modelled(point: Measurement) -> LoadPoint:
+    """The load model's steady state of one replica at the point's load."""
+    model, hardware = service_for(point)
+    engine = engine_for(model, hardware)
+    workload = Workload(point.input_tokens, point.output_tokens)
+    if point.concurrency is not None:
+        return at_concurrency(engine, workload, point.concurrency / point.replicas)
+    return at_request_rate(engine, workload, point.request_rate / point.replicas)
+
+
+def compare(point: Measurement) -> Comparison:
+    state = modelled(point)
+    open_loop_below_saturation = point.concurrency is None and not state.saturated
+    if open_loop_below_saturation and point.itl_ms is not None:
+        return Comparison(point, "inter-token latency", point.itl_ms, state.inter_token_seconds * 1000, state)
+    if point.output_tokens_per_second is None:
+        raise ValueError(f"measurement {point.id!r} states no figure the model can be compared with")
+    return Comparison(
+        point, "output tokens/s", point.output_tokens_per_second,
+        state.output_tokens_per_second * point.replicas, state,
+    )
+
+
+@cache
+def comparisons() -> tuple[Comparison, ...]:
+    return tuple(compare(point) for point in MEASUREMENTS)
+
+
+@cache
+def accuracy() -> Accuracy:
+    """The model's stated accuracy over the measurement table (printed beside every $/1M figure); held-out
+    points are compared and shown, not counted."""
+    rows = [row for row in comparisons() if row.measurement.held_out is None]
+    worst = max(rows, key=lambda row: row.factor)
+    return Accuracy(
+        points=len(rows),
+        median_error=statistics.median(row.error for row in rows),
+        worst_factor=worst.factor,
+        worst_point=worst.measurement.id,
+    )

@@ -1,0 +1,210 @@
+"""The steady state of one replica under load: how many sequences decode, how long a step and a first token take.
+
+In steady state every request spends its prompt's chunks in prefill and `output - 1` steps decoding, so
+with B sequences decoding, B / (output - 1) prompts arrive per step. A prompt is cut into chunks of what
+`max_num_batched_tokens` leaves beside the decode tokens; shorter prompts that arrive between steps share
+one. So steps are of two kinds, decode-only and decode plus a prompt chunk, and the inter-token latency
+is their mean: long prompts and bursts stretch it (engine_step has each step's time). Two ways to load
+a replica:
+
+- closed loop (`at_concurrency`): C requests always in the replica, as `vllm bench serve
+  --max-concurrency C` runs; Little's law over one request (first token, then output - 1 steps) fixes B;
+- open loop (`at_request_rate`): requests arrive at a rate; B = rate x (output - 1) x inter-token latency.
+
+Admission is bounded by max_num_seqs and by the KV cache (sequences at their mean length, as vLLM admits
+while blocks are free and preempts when full; a cached prefix is held once). Time to first token is the
+prompt's chunk steps, an M/D/1 wait for the chunk steps ahead of it, and half the step under way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from inferstack.planning.engine_step import Device, Shard, StepTime, step_time
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Mean request shape; `cached_prefix_tokens` of each prompt are served from the prefix cache."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_prefix_tokens: int = 0
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        return self.input_tokens - self.cached_prefix_tokens
+
+    @property
+    def mean_context(self) -> float:
+        """A decoding sequence's mean context: its prompt and half its output."""
+        return self.input_tokens + self.output_tokens / 2
+
+    @property
+    def held_tokens(self) -> float:
+        """KV tokens one running sequence holds on average; the cached prefix is held once, shared."""
+        return self.computed_prompt_tokens + self.output_tokens / 2
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A replica for the load model: its shard, its device, and vLLM's limits on a step."""
+
+    shard: Shard
+    device: Device
+    pipeline_parallel: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_tokens: int
+
+
+@dataclass(frozen=True)
+class StepMix:
+    """The steps of a steady state: decode-only steps, and steps that also carry a prompt chunk."""
+
+    decode_step: StepTime           # a step with only decoding sequences
+    chunk_step: StepTime            # a step that also runs a prompt chunk
+    chunk_share: float              # share of steps that carry a chunk
+    chunk_tokens: float             # prompt tokens in such a step
+    chunks_per_prompt: int
+
+    @property
+    def mean_seconds(self) -> float:
+        return (1 - self.chunk_share) * self.decode_step.seconds + self.chunk_share * self.chunk_step.seconds
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One steady state of a replica."""
+
+    running: float              # sequences admitted (decoding or prefilling)
+    decoding: float             # sequences decoding in a step
+    steps: StepMix              # a pipeline stage's steps when pipeline parallel
+    inter_token_seconds: float
+    first_token_seconds: float
+    requests_per_second: float
+    output_tokens_per_second: float
+    limit: str                  # what bounds the running sequences: 'load', 'max_num_seqs', 'kv_cache'
+    saturated: bool             # the replica cannot keep up with the offered load
+
+
+def admission_limit(engine: Engine, workload: Workload) -> tuple[float, str]:
+    """Most sequences the replica runs at once, and which limit binds."""
+    by_kv = max(0.0, engine.kv_tokens - workload.cached_prefix_tokens) / workload.held_tokens
+    if engine.max_num_seqs <= by_kv:
+        return float(engine.max_num_seqs), "max_num_seqs"
+    return by_kv, "kv_cache"
+
+
+def _steps(engine: Engine, workload: Workload, decoding: float, running: float, prompts_per_step: float) -> StepMix:
+    """The step mix of one pipeline stage with `decoding` sequences and prompts arriving per step.
+
+    A prompt is cut into chunks of what the step budget leaves beside the decode tokens; when prompts
+    are shorter than that, the prompts that arrived since the last chunk share one step (Poisson arrivals).
+    """
+    pp = engine.pipeline_parallel
+    decoding, running, prompts_per_step = decoding / pp, running / pp, prompts_per_step
+    prompt = workload.computed_prompt_tokens
+    room = max(1.0, engine.max_num_batched_tokens - decoding)
+    chunks = math.ceil(prompt / room)
+    if chunks > 1:
+        share, tokens = prompts_per_step * chunks, prompt / chunks
+    else:
+        share = -math.expm1(-prompts_per_step)
+        tokens = min(room, prompts_per_step * prompt / share) if share > 0 else float(prompt)
+
+    def step(prompt_tokens: float) -> StepTime:
+        return step_time(
+            engine.shard, engine.device, decoding=decoding, mean_context=workload.mean_context,
+            prompt_tokens=prompt_tokens, prompt_attended_context=workload.cached_prefix_tokens + prompt / 2,
+            running=running,
+        )
+
+    return StepMix(step(0.0), step(tokens), share, tokens, chunks)
+
+
+def _first_token_seconds(mix: StepMix, pipeline_parallel: int) -> float:
+    """A prompt's chunk steps, the M/D/1 wait for chunk steps before it, and half the step under way."""
+    if mix.chunk_share >= 1:
+        return math.inf
+    service = mix.chunks_per_prompt * mix.chunk_step.seconds
+    wait = mix.chunk_share / (2 * (1 - mix.chunk_share)) * service
+    return pipeline_parallel * (0.5 * mix.mean_seconds + service + wait)
+
+
+def _point(engine: Engine, workload: Workload, decoding: float, running: float, limit: str,
+           saturated: bool, waiting: float = 0.0) -> LoadPoint:
+    """The steady state with `decoding` sequences decoding out of `running` admitted (`waiting` queued)."""
+    decode_steps = workload.output_tokens - 1
+    pp = engine.pipeline_parallel
+    if decode_steps > 0:
+        mix = _steps(engine, workload, decoding, running, decoding / pp / decode_steps)
+        inter_token = pp * mix.mean_seconds
+        rate = decoding / (decode_steps * inter_token)
+    else:   # one-token outputs: prompts only, the budget full while requests are running
+        per_step = min(engine.max_num_batched_tokens, running * workload.computed_prompt_tokens)
+        mix = _steps(engine, workload, 0.0, running, per_step / workload.computed_prompt_tokens)
+        inter_token = pp * mix.chunk_step.seconds
+        rate = per_step / workload.computed_prompt_tokens / inter_token
+    first_token = _first_token_seconds(mix, pp)
+    if waiting and rate > 0:
+        first_token += waiting / rate
+    return LoadPoint(
+        running=running, decoding=decoding, steps=mix, inter_token_seconds=inter_token,
+        first_token_seconds=first_token, requests_per_second=rate,
+        output_tokens_per_second=rate * workload.output_tokens, limit=limit, saturated=saturated,
+    )
+
+
+def _bisect(excess, high: float) -> float:
+    """The root in [0, high] of an increasing function that is negative at 0."""
+    low = 0.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if excess(middle) > 0:
+            high = middle
+        else:
+            low = middle
+    return (low + high) / 2
+
+
+def at_concurrency(engine: Engine, workload: Workload, concurrency: float) -> LoadPoint:
+    """Closed loop: `concurrency` requests in the replica at all times (the benchmarks' --max-concurrency)."""
+    cap, cap_limit = admission_limit(engine, workload)
+    running, limit = (concurrency, "load") if concurrency <= cap else (cap, cap_limit)
+    waiting = concurrency - running
+    decode_steps = workload.output_tokens - 1
+    if decode_steps == 0:
+        return _point(engine, workload, 0.0, running, limit, saturated=False, waiting=waiting)
+
+    def excess(decoding: float) -> float:
+        # Little's law over one request: it decodes for decode_steps of its first token + decode_steps steps.
+        point = _point(engine, workload, decoding, running, limit, saturated=False)
+        decoding_time = decode_steps * point.inter_token_seconds
+        return decoding - running * decoding_time / (point.first_token_seconds + decoding_time)
+
+    decoding = _bisect(excess, running)
+    return _point(engine, workload, decoding, running, limit, saturated=False, waiting=waiting)
+
+
+def at_request_rate(engine: Engine, workload: Workload, requests_per_second: float) -> LoadPoint:
+    """Open loop: requests arrive at a mean rate; at more than the replica carries, its full load, `saturated`."""
+    cap, _ = admission_limit(engine, workload)
+    full = at_concurrency(engine, workload, cap)
+    if requests_per_second >= full.requests_per_second:
+        return replace(full, saturated=requests_per_second > full.requests_per_second)
+    decode_steps = workload.output_tokens - 1
+    if decode_steps == 0:
+        running = requests_per_second * full.first_token_seconds
+        return _point(engine, workload, 0.0, running, "load", saturated=False)
+
+    def excess(decoding: float) -> float:
+        return decoding - requests_per_second * decode_steps * _point(
+            engine, workload, decoding, decoding, "load", saturated=False
+        ).inter_token_seconds
+
+    decoding = _bisect(excess, full.decoding)
+    point = _point(engine, workload, decoding, decoding, "load", saturated=False)
+    running = min(cap, requests_per_second * (point.first_token_seconds + decode_steps * point.inter_token_seconds))
+    return _point(engine, workload, decoding, running, "load", saturated=False)

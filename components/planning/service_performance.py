@@ -1,0 +1,215 @@
+"""Throughput, latency, replicas and $/1M output tokens of a model service at its stated traffic.
+
+Joins a service's spec and its pool's catalog facts into the load model's plain numbers (`engine_for`),
+then answers at the stated traffic: per replica the output tokens/s, time to first token and
+inter-token latency; the replicas the traffic needs, and with an SLO the replicas the SLO needs; their
+price per hour and per million output tokens (REPLICA_PRICE).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
+from inferstack.planning.engine_step import KERNELS, Assumption, Device, Link, Shard
+from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
+from inferstack.quantization import kernel_family
+from inferstack.sizing import fit, scheduler_defaults
+from inferstack.spec.models import LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, TimeSlicing, TrafficSpec
+from inferstack.spec.pools import PoolHardware
+
+SHARED_DEVICE = Assumption(
+    "a shared GPU",
+    "MIG slice: its memory slices' bandwidth and compute slices' throughput; time-slicing/MPS: 1/replicas",
+    "A MIG slice owns its memory controllers, L2 and SMs; time-shared pods split the GPU when all are busy.",
+)
+REPLICA_PRICE = Assumption(
+    "replica price", "node price x devices / GPUs per node",
+    "A replica pays for the devices it blocks; a MIG slice for the larger of its compute and memory share "
+    "of a GPU, a time-sliced or MPS share for 1/replicas of one.",
+)
+PIPELINE = Assumption(
+    "pipeline parallel", "pipeline_parallel batches in flight, a token every pipeline_parallel stage steps",
+    "vLLM keeps one batch per stage in flight; stage hand-offs are not counted.",
+)
+ASSUMPTIONS = (*STEP_ASSUMPTIONS, SHARED_DEVICE, PIPELINE, REPLICA_PRICE)
+
+SECONDS_PER_HOUR = 3600
+MAX_REPLICAS_SEARCHED = 100_000
+
+
+def _device_share(model: ModelServiceSpec, hardware: PoolHardware) -> tuple[float, float]:
+    """(bandwidth share, compute share) of one GPU that one device of the replica gets (SHARED_DEVICE)."""
+    sharing = hardware.spec.gpu_sharing
+    gpu = hardware.gpu
+    if isinstance(sharing, MigSharing):
+        profile = gpu.mig_profile(model.mig_profile or next(iter(sharing.layout)))
+        return profile.memory_slices / gpu.mig_memory_slices, profile.compute_slices / gpu.mig_compute_slices
+    if isinstance(sharing, (TimeSlicing, MpsSharing)):
+        return 1 / sharing.replicas, 1 / sharing.replicas
+    return 1.0, 1.0
+
+
+def device_for(model: ModelServiceSpec, hardware: PoolHardware) -> Device:
+    gpu = hardware.gpu
+    bandwidth_share, compute_share = _device_share(model, hardware)
+    peaks = {"bf16": gpu.bf16_dense_tflops, "fp8": gpu.fp8_dense_tflops, "int8": gpu.int8_dense_tops}
+    return Device(
+        bandwidth_bytes_per_second=gpu.memory_bandwidth_gbs * 1e9 * bandwidth_share,
+        peak_flops={name: tflops * 1e12 * compute_share for name, tflops in peaks.items() if tflops},
+    )
+
+
+def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
+    """The load model's replica for a service on its pool: the same sizing the plan and the pods use."""
+    arch = model.resolved_architecture
+    sized = fit(model, hardware)
+    tp, pp = model.tensor_parallel, model.pipeline_parallel
+    link = None
+    if tp > 1:
+        primary = hardware.primary
+        link = Link(primary.gpu_link, primary.gpu_link_gbs_per_direction * 1e9)
+    layers = math.ceil(arch.layers / pp)
+    shard = Shard(
+        weights_bytes=sized.weights_bytes_per_device,
+        kv_bytes_per_token=sized.kv_bytes_per_token_per_device,
+        linear_flops_per_token=2 * arch.params_billion * 1e9 / (tp * pp),
+        attention_flops_per_token_and_context=4 * layers * arch.attention_heads * arch.head_dim / tp,
+        kernel=KERNELS[kernel_family(model, hardware.gpu)],
+        layers=layers,
+        hidden_size=arch.hidden_size,
+        tensor_parallel=tp,
+        link=link,
+    )
+    batched_tokens, seqs = scheduler_defaults(model, hardware)
+    return Engine(
+        shard=shard, device=device_for(model, hardware), pipeline_parallel=pp, max_num_seqs=seqs,
+        max_num_batched_tokens=batched_tokens, kv_tokens=sized.kv_tokens,
+    )
+
+
+def workload_of(model: ModelServiceSpec, traffic: TrafficSpec) -> Workload:
+    """The traffic's mean request; its shared prefix is cached only with prefix caching on."""
+    cached = traffic.shared_prefix_tokens if model.enable_prefix_caching else 0
+    return Workload(traffic.mean_input_tokens, traffic.mean_output_tokens, cached)
+
+
+def replica_usd_per_hour(model: ModelServiceSpec, hardware: PoolHardware, node_usd_per_hour: float) -> float:
+    """What one replica's devices cost per hour (REPLICA_PRICE)."""
+    per_gpu = node_usd_per_hour / hardware.gpus_per_node
+    sharing = hardware.spec.gpu_sharing
+    gpu = hardware.gpu
+    if isinstance(sharing, MigSharing):
+        profile = gpu.mig_profile(model.mig_profile or next(iter(sharing.layout)))
+        compute, memory = profile.compute_slices / gpu.mig_compute_slices, profile.memory_slices / gpu.mig_memory_slices
+        return per_gpu * max(compute, memory)
+    if isinstance(sharing, (TimeSlicing, MpsSharing)):
+        return per_gpu / sharing.replicas
+    return per_gpu * model.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class ServiceEstimate:
+    """A service at its stated traffic: per replica at that load and at full load, replicas and cost."""
+
+    at_traffic: LoadPoint               # one replica's share of the traffic, on `replicas` replicas
+    full_load: LoadPoint                # one replica with every sequence it admits
+    traffic_requests_per_second: float
+    traffic_output_tokens_per_second: float
+    replicas_for_traffic: int           # fewest replicas that carry the traffic
+    replicas_for_slo: int | None        # fewest that also meet the SLO; None without one
+    slo_unreachable: str | None         # why no replica count meets the SLO
+    replicas: int                       # what the estimate is priced at
+    usd_per_hour: float
+    usd_per_million_output_tokens: float
+    usd_per_million_output_tokens_at_full_load: float
+
+
+def _meets(point: LoadPoint, slo: LatencySlo | None) -> bool:
+    if point.saturated:
+        return False
+    if slo is None:
+        return True
+    ttft_ok = slo.ttft_ms is None or point.first_token_seconds * 1000 <= slo.ttft_ms
+    itl_ok = slo.itl_ms is None or point.inter_token_seconds * 1000 <= slo.itl_ms
+    return ttft_ok and itl_ok
+
+
+def _fewest_replicas(
+    engine: Engine, workload: Workload, rate: float, slo: LatencySlo | None, start: int
+) -> int | None:
+    """Fewest replicas from `start` whose share of `rate` they carry (within `slo`), by doubling then bisection."""
+    def ok(replicas: int) -> bool:
+        return _meets(at_request_rate(engine, workload, rate / replicas), slo)
+
+    if ok(start):
+        return start
+    high = start * 2
+    while not ok(high):
+        if high > MAX_REPLICAS_SEARCHED:
+            return None
+        high *= 2
+    low = high // 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if ok(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def service_estimate(
+    model: ModelServiceSpec, hardware: PoolHardware, *, node_usd_per_hour: float | None = None
+) -> ServiceEstimate:
+    """The estimate for a model service on its pool, at its stated traffic and (by default) on-demand prices."""
+    traffic = model.traffic
+    if traffic is None:
+        raise ValueError(f"model service {model.name!r} states no traffic: add traffic.requests_per_second")
+    price = hardware.primary.on_demand_usd_per_hour if node_usd_per_hour is None else node_usd_per_hour
+    if price is None:
+        raise ValueError(f"{hardware.primary.name} has no price in the catalog: pass node_usd_per_hour")
+    engine = engine_for(model, hardware)
+    workload = workload_of(model, traffic)
+    cap, _ = admission_limit(engine, workload)
+    if cap < 1:
+        raise ValueError(
+            f"the KV cache holds {engine.kv_tokens} tokens, less than one {workload.held_tokens:.0f}-token request "
+            f"({traffic.mean_input_tokens} in + {traffic.mean_output_tokens} out)"
+        )
+    full = at_concurrency(engine, workload, cap)
+    rate = traffic.requests_per_second
+    for_traffic = max(1, math.ceil(rate / full.requests_per_second))
+    for_traffic = _fewest_replicas(engine, workload, rate, None, for_traffic)
+    for_slo, unreachable = None, None
+    replicas = for_traffic
+    if model.slo is not None:
+        for_slo = _fewest_replicas(engine, workload, rate, model.slo, for_traffic)
+        if for_slo is None:
+            idle = at_request_rate(engine, workload, rate / MAX_REPLICAS_SEARCHED)
+            unreachable = (
+                f"one request alone takes {idle.first_token_seconds * 1000:.0f} ms to its first token and "
+                f"{idle.inter_token_seconds * 1000:.1f} ms per token after it on {hardware.gpu.name}"
+            )
+        else:
+            replicas = for_slo
+    point = at_request_rate(engine, workload, rate / replicas)
+    replica_price = replica_usd_per_hour(model, hardware, price)
+    usd_per_hour = replicas * replica_price
+    wanted = rate * traffic.mean_output_tokens
+    return ServiceEstimate(
+        at_traffic=point,
+        full_load=full,
+        traffic_requests_per_second=rate,
+        traffic_output_tokens_per_second=wanted,
+        replicas_for_traffic=for_traffic,
+        replicas_for_slo=for_slo,
+        slo_unreachable=unreachable,
+        replicas=replicas,
+        usd_per_hour=usd_per_hour,
+        usd_per_million_output_tokens=usd_per_hour / (wanted * SECONDS_PER_HOUR) * 1e6,
+        usd_per_million_output_tokens_at_full_load=(
+            replica_price / (full.output_tokens_per_second * SECONDS_PER_HOUR) * 1e6
+        ),
+    )
