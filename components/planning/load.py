@@ -195,8 +195,12 @@ def at_request_rate(engine: Engine, workload: Workload, requests_per_second: flo
     if requests_per_second >= full.requests_per_second:
         return replace(full, saturated=requests_per_second > full.requests_per_second)
     decode_steps = workload.output_tokens - 1
-    if decode_steps == 0:
-        running = requests_per_second * full.first_token_seconds
+    if decode_steps == 0:   # prompts only: as many running as it takes to prefill the rate
+        running = _bisect(
+            lambda admitted: _point(engine, workload, 0.0, admitted, "load", False).requests_per_second
+            - requests_per_second,
+            full.running,
+        )
         return _point(engine, workload, 0.0, running, "load", saturated=False)
 
     def excess(decoding: float) -> float:
