@@ -177,3 +177,12 @@ def test_every_assumption_states_its_value_and_reason():
     assert all(a.name and a.value != "" and len(a.why) > 20 for a in ASSUMPTIONS)
     assert all(0 < a.value <= 1 for a in ASSUMPTIONS if "share" in a.name)
     assert not any(math.isnan(a.value) for a in ASSUMPTIONS if isinstance(a.value, float))
+
+
+def test_one_token_outputs_carry_their_rate_until_the_step_budget_is_full():
+    replica = engine("BAAI/bge-large-en-v1.5", "g6.xlarge", max_model_len=512)
+    workload = Workload(256, 1)
+    light = at_request_rate(replica, workload, 50.0)
+    assert not light.saturated and light.requests_per_second == pytest.approx(50.0, rel=1e-3)
+    full = at_concurrency(replica, workload, admission_limit(replica, workload)[0])
+    assert at_request_rate(replica, workload, 2 * full.requests_per_second).saturated
