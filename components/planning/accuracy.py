@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from inferstack.catalog.measurements import MEASUREMENTS, Measurement
-from inferstack.planning.load import LoadPoint, Workload, at_concurrency, at_request_rate
+from inferstack.planning.load import Engine, LoadPoint, Workload, at_concurrency, at_request_rate
 from inferstack.planning.service_performance import engine_for
 from inferstack.spec.models import ModelServiceSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
@@ -78,18 +78,19 @@ def service_for(point: Measurement) -> tuple[ModelServiceSpec, PoolHardware]:
     return model, PoolHardware(pool)
 
 
-def modelled(point: Measurement) -> LoadPoint:
-    """The load model's steady state of one replica at the point's load."""
-    model, hardware = service_for(point)
-    engine = engine_for(model, hardware)
+def engine_of(point: Measurement) -> Engine:
+    """The load model's replica for the measured setup, with the stated constants."""
+    return engine_for(*service_for(point))
+
+
+def compare(point: Measurement, engine: Engine | None = None) -> Comparison:
+    """The model's figure beside the measured one, on `engine` (by default the point's, as stated)."""
+    engine = engine or engine_of(point)
     workload = Workload(point.input_tokens, point.output_tokens)
     if point.concurrency is not None:
-        return at_concurrency(engine, workload, point.concurrency / point.replicas)
-    return at_request_rate(engine, workload, point.request_rate / point.replicas)
-
-
-def compare(point: Measurement) -> Comparison:
-    state = modelled(point)
+        state = at_concurrency(engine, workload, point.concurrency / point.replicas)
+    else:
+        state = at_request_rate(engine, workload, point.request_rate / point.replicas)
     open_loop_below_saturation = point.concurrency is None and not state.saturated
     if open_loop_below_saturation and point.itl_ms is not None:
         return Comparison(point, "inter-token latency", point.itl_ms, state.inter_token_seconds * 1000, state)

@@ -10,14 +10,16 @@ left of `max_num_batched_tokens` on prompt chunks (chunked prefill). A step's ti
     all-reduce      2 per layer when tensor parallel: a latency plus the step's activations over the link
     overhead        a fixed time per step plus a time per running sequence (scheduling, sampling, output)
 
-all per device: a replica's tensor-parallel ranks run their shards at once. The efficiencies are
-stated assumptions fitted to published measurements (catalog/serving_measurements.json); the
-accuracy module reports the model's error on every one of them.
+all per device: a replica's tensor-parallel ranks run their shards at once. The efficiencies and
+overheads are stated assumptions, fitted to published measurements (catalog/serving_measurements.json)
+by planning/calibrate.py; planning/accuracy.py reports the model's error on every one of them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -39,28 +41,28 @@ class KernelFamily:
     compute_efficiency: Assumption
 
 
-FITTED = "fitted to the published measurements in catalog/serving_measurements.json"
+FITTED = "fitted to the published measurements in catalog/serving_measurements.json (planning/calibrate.py)"
 
 KERNELS = {
     "16-bit": KernelFamily(
         "16-bit", "bf16",
-        Assumption("16-bit weights: share of bandwidth", 0.79,
+        Assumption("16-bit weights: share of bandwidth", 0.72,
                    f"cuBLAS streaming 16-bit weights, beside the fixed overhead of a step; {FITTED} (16-bit points "
                    "at 1 to 8 in flight)"),
-        Assumption("16-bit weights: share of dense BF16 throughput", 0.59,
+        Assumption("16-bit weights: share of dense BF16 throughput", 0.58,
                    f"large-batch and prompt GEMMs; {FITTED} (16-bit points at 64 and more in flight, long prompts)"),
     ),
     "w8a8-fp8": KernelFamily(
         "w8a8-fp8", "fp8",
-        Assumption("FP8 W8A8: share of bandwidth", 0.84,
+        Assumption("FP8 W8A8: share of bandwidth", 0.77,
                    "CUTLASS scaled-mm streaming 1-byte weights; with half the bytes of 16-bit the fixed overhead "
                    f"of a step is a larger part of it, so at small batch FP8 reaches a lower share overall; {FITTED}"),
-        Assumption("FP8 W8A8: share of dense FP8 throughput", 0.52,
+        Assumption("FP8 W8A8: share of dense FP8 throughput", 0.50,
                    f"FP8 GEMMs at large batch, with per-token activation quantization; {FITTED}"),
     ),
     "w8a16-marlin": KernelFamily(
         "w8a16-marlin", "bf16",
-        Assumption("8-bit weight-only (Marlin W8A16): share of bandwidth", 0.61,
+        Assumption("8-bit weight-only (Marlin W8A16): share of bandwidth", 0.58,
                    "taken as 4-bit Marlin's: the same kernel family dequantizing on chip (FP8 on GPUs without FP8 "
                    "tensor cores, 8-bit GPTQ); the published W8A16 points are compute-bound and do not fix it"),
         Assumption("8-bit weight-only (Marlin W8A16): share of dense BF16 throughput", 0.35,
@@ -69,7 +71,7 @@ KERNELS = {
     ),
     "w4a16-marlin": KernelFamily(
         "w4a16-marlin", "bf16",
-        Assumption("4-bit weight-only (Marlin W4A16): share of bandwidth", 0.61,
+        Assumption("4-bit weight-only (Marlin W4A16): share of bandwidth", 0.58,
                    f"4-bit weights with 16-bit group scales and zero points, dequantized on chip; {FITTED} "
                    "(AWQ/GPTQ points at batch 1)"),
         Assumption("4-bit weight-only (Marlin W4A16): share of dense BF16 throughput", 0.55,
@@ -79,14 +81,14 @@ KERNELS = {
     ),
     "w8a8-int8": KernelFamily(
         "w8a8-int8", "int8",
-        Assumption("INT8 W8A8: share of bandwidth", 0.84,
+        Assumption("INT8 W8A8: share of bandwidth", 0.77,
                    "taken as FP8 W8A8's (the same CUTLASS scaled-mm family); no published INT8 point in the table"),
-        Assumption("INT8 W8A8: share of dense INT8 throughput", 0.52, "taken as FP8 W8A8's; no published INT8 point"),
+        Assumption("INT8 W8A8: share of dense INT8 throughput", 0.50, "taken as FP8 W8A8's; no published INT8 point"),
     ),
 }
 
 KV_BANDWIDTH_EFFICIENCY = Assumption(
-    "KV reads: share of bandwidth", 0.80,
+    "KV reads: share of bandwidth", 0.81,
     f"paged-attention decode kernels stream each sequence's KV blocks; {FITTED} (20K-token contexts, large batches)",
 )
 PROMPT_ATTENTION_EFFICIENCY = Assumption(
@@ -95,23 +97,23 @@ PROMPT_ATTENTION_EFFICIENCY = Assumption(
     "with FlashAttention-3 (Shah et al. 2024)",
 )
 STEP_OVERHEAD_SECONDS = Assumption(
-    "overhead per step", 0.0017,
+    "overhead per step", 0.0013,
     f"scheduling, input preparation, launch gaps and sampling around one step, in seconds; {FITTED} (the gap "
     "between single-request inter-token latency and the weights' read time)",
 )
 SEQUENCE_OVERHEAD_SECONDS = Assumption(
-    "overhead per running sequence per step", 0.000015,
+    "overhead per running sequence per step", 0.000016,
     f"per-sequence scheduling, sampling and output work of each step, in seconds; {FITTED} (hundreds to a "
     "thousand sequences in flight)",
 )
 ALL_REDUCE_LATENCY_SECONDS = {
     "nvlink": Assumption(
-        "cost per all-reduce over NVLink", 0.000038,
+        "cost per all-reduce over NVLink", 0.000035,
         "seconds per call beyond moving its bytes, two calls per layer: the collective's latency and the "
         f"synchronisation and launch gaps around it; {FITTED} (70B-class models at TP 2-8 on A100/H100, batch 1)",
     ),
     "pcie": Assumption(
-        "cost per all-reduce over PCIe", 0.000045,
+        "cost per all-reduce over PCIe", 0.000034,
         f"as over NVLink, for NCCL over PCIe through the host; {FITTED} (70B at TP 4 and 8 on L40S)",
     ),
 }
@@ -138,6 +140,33 @@ def kernel_assumptions() -> tuple[Assumption, ...]:
 ASSUMPTIONS = (
     *kernel_assumptions(), KV_BANDWIDTH_EFFICIENCY, PROMPT_ATTENTION_EFFICIENCY, STEP_OVERHEAD_SECONDS,
     SEQUENCE_OVERHEAD_SECONDS, *ALL_REDUCE_LATENCY_SECONDS.values(), *LINK_EFFICIENCY.values(),
+)
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """The values the step model computes with; `STATED` holds the assumptions above, and the calibration
+    (inferstack.planning.calibrate) refits them against the measurement table."""
+
+    bandwidth_share: Mapping[str, float]     # by kernel family
+    compute_share: Mapping[str, float]       # by kernel family
+    kv_bandwidth_share: float
+    prompt_attention_share: float
+    step_overhead_seconds: float
+    sequence_overhead_seconds: float
+    all_reduce_seconds: Mapping[str, float]  # by link kind
+    link_share: Mapping[str, float]          # by link kind
+
+
+STATED = StepConstants(
+    bandwidth_share=MappingProxyType({name: k.bandwidth_efficiency.value for name, k in KERNELS.items()}),
+    compute_share=MappingProxyType({name: k.compute_efficiency.value for name, k in KERNELS.items()}),
+    kv_bandwidth_share=KV_BANDWIDTH_EFFICIENCY.value,
+    prompt_attention_share=PROMPT_ATTENTION_EFFICIENCY.value,
+    step_overhead_seconds=STEP_OVERHEAD_SECONDS.value,
+    sequence_overhead_seconds=SEQUENCE_OVERHEAD_SECONDS.value,
+    all_reduce_seconds=MappingProxyType({kind: a.value for kind, a in ALL_REDUCE_LATENCY_SECONDS.items()}),
+    link_share=MappingProxyType({kind: a.value for kind, a in LINK_EFFICIENCY.items()}),
 )
 
 
@@ -189,32 +218,32 @@ class StepTime:
 
 
 def step_time(
-    shard: Shard, device: Device, *, decoding: float, mean_context: float, prompt_tokens: float,
-    prompt_attended_context: float, running: float,
+    shard: Shard, device: Device, constants: StepConstants, *, decoding: float, mean_context: float,
+    prompt_tokens: float, prompt_attended_context: float, running: float,
 ) -> StepTime:
     """Time of one step with `decoding` sequences at `mean_context` and `prompt_tokens` of prompt chunks
     attending on average `prompt_attended_context` tokens each; `running` counts every admitted sequence."""
     kernel = shard.kernel
     tokens = decoding + prompt_tokens
-    read = shard.weights_bytes / (device.bandwidth_bytes_per_second * kernel.bandwidth_efficiency.value)
+    read = shard.weights_bytes / (device.bandwidth_bytes_per_second * constants.bandwidth_share[kernel.name])
     peak = device.peak_flops.get(kernel.peak) or device.peak_flops["bf16"]
-    compute = tokens * shard.linear_flops_per_token / (peak * kernel.compute_efficiency.value)
+    compute = tokens * shard.linear_flops_per_token / (peak * constants.compute_share[kernel.name])
     kv = decoding * mean_context * shard.kv_bytes_per_token / (
-        device.bandwidth_bytes_per_second * KV_BANDWIDTH_EFFICIENCY.value
+        device.bandwidth_bytes_per_second * constants.kv_bandwidth_share
     )
     attention = prompt_tokens * prompt_attended_context * shard.attention_flops_per_token_and_context / (
-        device.peak_flops["bf16"] * PROMPT_ATTENTION_EFFICIENCY.value
+        device.peak_flops["bf16"] * constants.prompt_attention_share
     )
     reduce = 0.0
     if shard.tensor_parallel > 1 and shard.link is not None:
         tp = shard.tensor_parallel
         payload = tokens * shard.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
         link = shard.link
-        per_call = ALL_REDUCE_LATENCY_SECONDS[link.kind].value + payload / (
-            link.bytes_per_second * LINK_EFFICIENCY[link.kind].value
+        per_call = constants.all_reduce_seconds[link.kind] + payload / (
+            link.bytes_per_second * constants.link_share[link.kind]
         )
         reduce = 2 * shard.layers * per_call
-    overhead = STEP_OVERHEAD_SECONDS.value + running * SEQUENCE_OVERHEAD_SECONDS.value
+    overhead = constants.step_overhead_seconds + running * constants.sequence_overhead_seconds
     return StepTime(
         linear=max(read, compute), bound="compute" if compute > read else "bandwidth",
         kv_reads=kv, prompt_attention=attention, all_reduce=reduce, overhead=overhead,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from inferstack.planning.engine_step import Device, Shard, StepTime, step_time
+from inferstack.planning.engine_step import Device, Shard, StepConstants, StepTime, step_time
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class Engine:
     max_num_seqs: int
     max_num_batched_tokens: int
     kv_tokens: int
+    constants: StepConstants            # the step model's efficiencies and overheads (engine_step.STATED)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def _steps(engine: Engine, workload: Workload, decoding: float, running: float, 
 
     def step(prompt_tokens: float) -> StepTime:
         return step_time(
-            engine.shard, engine.device, decoding=decoding, mean_context=workload.mean_context,
+            engine.shard, engine.device, engine.constants, decoding=decoding, mean_context=workload.mean_context,
             prompt_tokens=prompt_tokens, prompt_attended_context=workload.cached_prefix_tokens + prompt / 2,
             running=running,
         )

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
-from inferstack.planning.engine_step import KERNELS, Assumption, Device, Link, Shard
+from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.quantization import kernel_family
 from inferstack.sizing import fit, scheduler_defaults
@@ -85,7 +85,7 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(
         shard=shard, device=device_for(model, hardware), pipeline_parallel=pp, max_num_seqs=seqs,
-        max_num_batched_tokens=batched_tokens, kv_tokens=sized.kv_tokens,
+        max_num_batched_tokens=batched_tokens, kv_tokens=sized.kv_tokens, constants=STATED,
     )
 
 
