@@ -7,6 +7,7 @@ table as a whole within a 25% median error.
 
 from __future__ import annotations
 
+import re
 import statistics
 
 import pytest
@@ -45,11 +46,15 @@ def test_each_point_is_sourced_and_read_as_published(point):
     assert point.instance_type in INSTANCE_TYPES
     assert model_facts(point.model) is not None, point.model
     assert (point.concurrency is None) != (point.request_rate is None)
-    # The figure compared appears in the quoted text (thousands separators aside).
+    # The figure compared appears in the quoted text, to the precision it is stored at.
     if point.output_tokens_per_second is not None:
-        quote = source["quote"].replace(",", "")
+        # Read the quote both with commas as separators (CSV rows) and as thousands separators (tables).
+        quote = source["quote"]
+        readings = (quote, re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", quote))
         value = point.output_tokens_per_second
-        assert any(text in quote for text in {f"{value}", f"{value:.2f}", f"{value:.1f}", f"{value:.0f}"}), quote
+        decimals = len(repr(value).partition(".")[2].rstrip("0"))
+        published = [float(number) for text in readings for number in re.findall(r"\d+(?:\.\d+)?", text)]
+        assert any(round(number, decimals) == value for number in published), quote
 
 
 @pytest.mark.parametrize("point", COUNTED, ids=[m.id for m in COUNTED])
@@ -61,7 +66,15 @@ def test_the_model_is_within_one_and_a_half_times_of_each_counted_point(point):
 
 def test_held_out_points_say_why_and_are_still_compared():
     held = [row for row in comparisons() if row.measurement.held_out]
-    assert held and all(len(row.measurement.held_out) > 40 and row.ratio > 0 for row in held)
+    assert held and all(len(row.measurement.held_out) > 40 for row in held)
+    # The reason given is the one that holds: GPUStack's H100 runs with 100 or more in flight, where the
+    # model is optimistic; its bandwidth-bound H100 runs are counted.
+    assert all(
+        row.measurement.id.startswith("gpustack") and row.measurement.instance_type == "p5.48xlarge"
+        and row.measurement.concurrency >= 100 and row.ratio > 1 for row in held
+    )
+    counted_h100 = [m for m in COUNTED if m.id.startswith("gpustack") and m.instance_type == "p5.48xlarge"]
+    assert counted_h100 and all(m.concurrency < 100 for m in counted_h100)
 
 
 def test_over_the_table_the_median_error_is_within_a_quarter():

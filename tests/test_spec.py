@@ -247,6 +247,15 @@ REJECTIONS = {
                                                                              "shared_prefix_tokens": 256}),
         "models[0].traffic.shared_prefix_tokens", "recomputed for every request",
     ),
+    "a mean request longer than max_model_len": (
+        lambda s: s["models"][0].update(max_model_len=2048, traffic={"requests_per_second": 1,
+                                                                     "mean_input_tokens": 4000}),
+        "models[0].traffic", "longer than max_model_len 2048",
+    ),
+    "an infinite request rate": (
+        lambda s: s["models"][0].update(traffic={"requests_per_second": float("inf")}),
+        "models[0].traffic.requests_per_second", "finite number",
+    ),
     "a latency target of zero": (
         lambda s: s["models"][0].update(traffic={"requests_per_second": 1}, slo={"ttft_ms": 0}),
         "models[0].slo.ttft_ms", "greater than 0",

@@ -38,8 +38,9 @@ def engine(*args, **fields):
 
 
 def test_one_request_on_an_h100_is_bound_by_reading_the_weights_by_hand():
-    # Llama 3.1 8B in 16 bits on one H100: a step reads the sized weights at 3350 GB/s x 0.79 and one
-    # sequence's KV (128 + 512/2 tokens of 131072 B) at 3350 GB/s x 0.80, plus 1.7 ms and 15 us of overhead.
+    # Llama 3.1 8B in 16 bits on one H100: a step reads the sized weights at 3350 GB/s x the 16-bit share and
+    # one sequence's KV (128 + 512/2 tokens of 131072 B) at 3350 GB/s x the KV share, plus the step's and one
+    # sequence's overhead (the stated constants: 0.72, 0.81, 1.3 ms, 16 us).
     model, hardware = service()
     weights = sizing.fit(model, hardware).weights_bytes_per_device
     by_hand = (
@@ -51,6 +52,7 @@ def test_one_request_on_an_h100_is_bound_by_reading_the_weights_by_hand():
     assert point.steps.decode_step.bound == "bandwidth"
     assert point.steps.decode_step.seconds == pytest.approx(by_hand, rel=1e-3)
     assert 0.007 < point.inter_token_seconds < 0.009   # published: 7.2-7.4 ms (GPUStack Qwen3-8B, NIM Llama-3-8B)
+    assert point.limit == "load"
 
 
 def test_throughput_stops_growing_with_batch_at_the_compute_ceiling():
@@ -184,6 +186,7 @@ def test_one_token_outputs_carry_their_rate_until_the_step_budget_is_full():
     workload = Workload(256, 1)
     light = at_request_rate(replica, workload, 50.0)
     assert not light.saturated and light.requests_per_second == pytest.approx(50.0, rel=1e-3)
+    assert light.inter_token_seconds is None   # no token follows the first
     full = at_concurrency(replica, workload, admission_limit(replica, workload)[0])
     assert at_request_rate(replica, workload, 2 * full.requests_per_second).saturated
 
@@ -198,6 +201,68 @@ def test_the_stated_constants_are_the_calibration_fit():
     for parameter in calibrate.PARAMETERS:
         for factor in (0.95, 1.05):
             moved = parameter.write(STATED, parameter.read(STATED) * factor)
-            assert calibrate.loss(moved) > stated * 0.98, parameter.name
+            assert calibrate.loss(moved) > stated * 0.995, parameter.name
     assert STATED.bandwidth_share["w8a16-marlin"] == STATED.bandwidth_share["w4a16-marlin"]
     assert STATED.compute_share["w8a8-int8"] == STATED.compute_share["w8a8-fp8"]
+
+
+def test_at_full_load_the_binding_limit_is_named():
+    replica = engine(max_num_seqs=64)
+    workload = Workload(128, 512)
+    cap, limit = admission_limit(replica, workload)
+    assert (cap, limit) == (64, "max_num_seqs")
+    assert at_concurrency(replica, workload, cap).limit == "max_num_seqs"
+    assert at_concurrency(replica, workload, 200).limit == "max_num_seqs"
+    assert at_concurrency(replica, workload, 10).limit == "load"
+
+
+@pytest.mark.parametrize("prompt, budget, concurrency", [(1900, None, None), (2100, None, None), (128, 512, 596)])
+def test_littles_law_holds_where_prompts_outgrow_the_step_budget(prompt, budget, concurrency):
+    """Around the point where a prompt stops fitting beside the decode tokens the step mix must stay
+    continuous, or the closed loop settles on a jump: requests in the replica = rate x time in it."""
+    replica = engine(instance="p4de.24xlarge", max_num_batched_tokens=budget)
+    workload = Workload(prompt, 128)
+    load = concurrency or admission_limit(replica, workload)[0]
+    point = at_concurrency(replica, workload, load)
+    in_system = point.requests_per_second * (point.first_token_seconds + 127 * point.inter_token_seconds)
+    assert in_system == pytest.approx(load, rel=1e-2)   # admitted and queued alike
+
+
+def test_pipeline_stages_keep_batches_in_flight():
+    """vLLM keeps one batch per pipeline stage in flight: the same GPUs split into 2 stages of TP 4 make
+    about the tokens TP 8 makes, with a token every 2 stage steps."""
+    tp8 = engine(LLAMA_70B, "p5.48xlarge", 8)
+    pp2 = engine(LLAMA_70B, "p5.48xlarge", 4, pipeline_parallel=2)
+    workload = Workload(1024, 256)
+    assert pp2.shard.layers == 40 and pp2.pipeline_parallel == 2
+    rates = [at_concurrency(e, workload, 128).output_tokens_per_second for e in (tp8, pp2)]
+    assert rates[1] == pytest.approx(rates[0], rel=0.35)
+    single = at_concurrency(pp2, workload, 1)
+    assert single.inter_token_seconds == pytest.approx(2 * single.steps.mean_seconds)
+
+
+def test_a_time_to_first_token_slo_needs_replicas_where_prompts_queue():
+    workload = Workload(2048, 128)
+    alone_ms = at_request_rate(engine(), workload, 1e-9).first_token_seconds * 1000
+    traffic = TrafficSpec(requests_per_second=160, mean_input_tokens=2048, mean_output_tokens=128)
+    loose = service_estimate(*service(traffic=traffic))
+    tight = service_estimate(*service(traffic=traffic, slo=LatencySlo(ttft_ms=1.5 * alone_ms)))
+    assert loose.at_traffic.first_token_seconds * 1000 > 1.5 * alone_ms   # prompts queue for chunk steps
+    assert tight.replicas > loose.replicas and tight.slo_unreachable is None
+    assert tight.at_traffic.first_token_seconds * 1000 <= 1.5 * alone_ms
+    below_alone = service_estimate(*service(traffic=traffic, slo=LatencySlo(ttft_ms=0.5 * alone_ms)))
+    assert "to its first token" in below_alone.slo_unreachable and below_alone.replicas == loose.replicas
+
+
+def test_a_time_sliced_share_gets_a_share_of_the_gpu_and_its_price():
+    spec = ModelServiceSpec(
+        name="small", model="meta-llama/Llama-3.2-3B-Instruct", pool="shared", traffic=TrafficSpec(requests_per_second=1),
+    )
+    hardware = PoolHardware(NodePoolSpec(
+        name="shared", instance_types=["g6.xlarge"], max_nodes=1, gpu_sharing={"mode": "time_slicing", "replicas": 2},
+    ))
+    device = engine_for(spec, hardware).device
+    assert device.bandwidth_bytes_per_second == pytest.approx(300e9 / 2)
+    assert device.peak_flops["bf16"] == pytest.approx(121e12 / 2)
+    estimate = service_estimate(spec, hardware)
+    assert estimate.usd_per_hour == pytest.approx(estimate.replicas * 0.8048 / 2)

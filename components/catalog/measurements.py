@@ -28,7 +28,9 @@ class Measurement:
     output_tokens: int
     concurrency: int | None         # closed loop: requests in flight (offline runs: every prompt at once)
     request_rate: float | None      # open loop: requests per second
-    max_num_seqs: int | None        # engine limits the run used, when they differ from vLLM 0.33's defaults
+    # Engine limits the source states for a vLLM run; unstated (and for other engines, whose limits are not
+    # vLLM's), the point runs at vLLM 0.33's defaults, as a vLLM service of that setup would.
+    max_num_seqs: int | None
     max_num_batched_tokens: int | None
     gpu_memory_utilization: float   # the engine's memory share (0.9 before vLLM 0.20 and in TensorRT-LLM)
     engine: str

@@ -127,8 +127,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
         print_policy_results(plan["policies"], console, passing=False)
 
 
-def _ms(value: float | None) -> str:
-    return "unbounded" if value is None else f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
+def _ms(value: float | None, missing: str = "unbounded") -> str:
+    return missing if value is None else f"{value:,.0f} ms" if value >= 100 else f"{value:.1f} ms"
 
 
 def print_throughput(estimates: dict[str, Any], console: Console) -> None:
@@ -154,7 +154,7 @@ def print_throughput(estimates: dict[str, Any], console: Console) -> None:
             continue
         replicas = f"{row['replicas_needed']} (max {row['max_replicas']})"
         if row["replicas_for_slo"] is not None and row["replicas_for_slo"] > row["replicas_for_traffic"]:
-            replicas += f"; {row['replicas_for_traffic']} without the SLO"
+            replicas += f"; {row['replicas_for_traffic']} without the SLO (sized on latency: see the accuracy above)"
         if row["slo_unreachable"]:
             replicas += f"\n[red]SLO unreachable: {row['slo_unreachable']}[/red]"
         if row["replicas_needed"] > row["max_replicas"]:
@@ -162,7 +162,7 @@ def print_throughput(estimates: dict[str, Any], console: Console) -> None:
         at, full = row["at_traffic"], row["full_load"]
         table.add_row(
             row["model"], asked, replicas,
-            f"{at['tokens_per_second']:,.0f} tok/s, TTFT {_ms(at['ttft_ms'])}, ITL {_ms(at['itl_ms'])}",
+            f"{at['tokens_per_second']:,.0f} tok/s, TTFT {_ms(at['ttft_ms'])}, ITL {_ms(at['itl_ms'], 'n/a (one token)')}",
             f"{full['tokens_per_second']:,.0f} tok/s ({full['running']:.0f} seqs, {full['limit']})",
             _usd(row["usd_per_hour"]),
             f"${row['usd_per_million_output_tokens']:.4f} (${row['usd_per_million_output_tokens_at_full_load']:.4f} "

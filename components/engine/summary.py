@@ -184,8 +184,8 @@ def _load_figures(point: Any) -> dict[str, Any]:
         "limit": point.limit,
         "tokens_per_second": round(point.output_tokens_per_second, 1),
         "ttft_ms": None if math.isinf(point.first_token_seconds) else round(point.first_token_seconds * 1000, 1),
-        "itl_ms": round(point.inter_token_seconds * 1000, 2),
-        "bound": point.steps.decode_step.bound,
+        "itl_ms": None if point.inter_token_seconds is None else round(point.inter_token_seconds * 1000, 2),
+        "bound": (point.steps.decode_step if point.decoding else point.steps.chunk_step).bound,
     }
 
 

@@ -47,16 +47,27 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Accuracy:
+    """The compared figure's error over the counted points, and inter-token latency's where published (what an
+    SLO-sized estimate rests on)."""
+
     points: int
     median_error: float
     worst_factor: float
     worst_point: str
+    held_out: int
+    latency_points: int
+    latency_median_error: float
+    latency_worst_factor: float
 
     def short(self) -> str:
         return f"median error {self.median_error:.0%}, worst {self.worst_factor:.2f}x"
 
     def stated(self) -> str:
-        return f"{self.short()}, over {self.points} published measurements"
+        return (
+            f"{self.short()}, over {self.points} published measurements ({self.held_out} more held out); "
+            f"inter-token latency median error {self.latency_median_error:.0%}, worst "
+            f"{self.latency_worst_factor:.1f}x over {self.latency_points}"
+        )
 
 
 def service_for(point: Measurement) -> tuple[ModelServiceSpec, PoolHardware]:
@@ -113,9 +124,17 @@ def accuracy() -> Accuracy:
     points are compared and shown, not counted."""
     rows = [row for row in comparisons() if row.measurement.held_out is None]
     worst = max(rows, key=lambda row: row.factor)
+    latency = [
+        row.point.inter_token_seconds * 1000 / row.measurement.itl_ms
+        for row in rows if row.measurement.itl_ms and row.point.inter_token_seconds is not None
+    ]
     return Accuracy(
         points=len(rows),
         median_error=statistics.median(row.error for row in rows),
         worst_factor=worst.factor,
         worst_point=worst.measurement.id,
+        held_out=len(comparisons()) - len(rows),
+        latency_points=len(latency),
+        latency_median_error=statistics.median(abs(ratio - 1) for ratio in latency),
+        latency_worst_factor=max(max(ratio, 1 / ratio) for ratio in latency),
     )

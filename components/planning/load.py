@@ -68,7 +68,7 @@ class StepMix:
     chunk_step: StepTime            # a step that also runs a prompt chunk
     chunk_share: float              # share of steps that carry a chunk
     chunk_tokens: float             # prompt tokens in such a step
-    chunks_per_prompt: int
+    chunks_per_prompt: float        # chunk steps one prompt takes (fractional: a share of a step's room)
 
     @property
     def mean_seconds(self) -> float:
@@ -82,7 +82,7 @@ class LoadPoint:
     running: float              # sequences admitted (decoding or prefilling)
     decoding: float             # sequences decoding in a step
     steps: StepMix              # a pipeline stage's steps when pipeline parallel
-    inter_token_seconds: float
+    inter_token_seconds: float | None   # None when no token follows the first (one-token outputs)
     first_token_seconds: float
     requests_per_second: float
     output_tokens_per_second: float
@@ -98,22 +98,10 @@ def admission_limit(engine: Engine, workload: Workload) -> tuple[float, str]:
     return by_kv, "kv_cache"
 
 
-def _steps(engine: Engine, workload: Workload, decoding: float, running: float, prompts_per_step: float) -> StepMix:
-    """The step mix of one pipeline stage with `decoding` sequences and prompts arriving per step.
-
-    A prompt is cut into chunks of what the step budget leaves beside the decode tokens; when prompts
-    are shorter than that, the prompts that arrived since the last chunk share one step (Poisson arrivals).
-    """
-    pp = engine.pipeline_parallel
-    decoding, running, prompts_per_step = decoding / pp, running / pp, prompts_per_step
+def _step_mix(engine: Engine, workload: Workload, decoding: float, running: float, share: float,
+              chunk_tokens: float, chunks_per_prompt: float) -> StepMix:
+    """Both kinds of step of one pipeline stage, with `decoding` and `running` sequences in that stage."""
     prompt = workload.computed_prompt_tokens
-    room = max(1.0, engine.max_num_batched_tokens - decoding)
-    chunks = math.ceil(prompt / room)
-    if chunks > 1:
-        share, tokens = prompts_per_step * chunks, prompt / chunks
-    else:
-        share = -math.expm1(-prompts_per_step)
-        tokens = min(room, prompts_per_step * prompt / share) if share > 0 else float(prompt)
 
     def step(prompt_tokens: float) -> StepTime:
         return step_time(
@@ -122,7 +110,27 @@ def _steps(engine: Engine, workload: Workload, decoding: float, running: float, 
             running=running,
         )
 
-    return StepMix(step(0.0), step(tokens), share, tokens, chunks)
+    return StepMix(step(0.0), step(chunk_tokens), share, chunk_tokens, chunks_per_prompt)
+
+
+def _decode_mix(engine: Engine, workload: Workload, decoding: float, running: float) -> StepMix:
+    """The step mix of one pipeline stage while `decoding` sequences decode.
+
+    Prompts arrive at decoding / (output - 1) a step and are cut into chunks of what the step budget
+    leaves beside the decode tokens (`room`). Chunk steps come at the larger of two rates: a step with
+    at least one chunk under Poisson arrivals of chunks, and the prompt tokens over the room (when prompts
+    fill every step's budget, every step carries a chunk). Both are continuous in the load, so the
+    steady state the closed loop solves for has no jumps.
+    """
+    pp = engine.pipeline_parallel
+    decoding, running = decoding / pp, running / pp
+    prompt = workload.computed_prompt_tokens
+    prompts_per_step = decoding / (workload.output_tokens - 1)
+    room = max(1.0, engine.max_num_batched_tokens - decoding)
+    chunks_per_prompt = max(1.0, prompt / room)
+    share = max(-math.expm1(-prompts_per_step * chunks_per_prompt), prompts_per_step * prompt / room)
+    tokens = prompts_per_step * prompt / share if share > 0 else min(room, float(prompt))
+    return _step_mix(engine, workload, decoding, running, share, min(tokens, room), chunks_per_prompt)
 
 
 def _first_token_seconds(mix: StepMix, pipeline_parallel: int) -> float:
@@ -139,18 +147,22 @@ def _point(engine: Engine, workload: Workload, decoding: float, running: float, 
     """The steady state with `decoding` sequences decoding out of `running` admitted (`waiting` queued)."""
     decode_steps = workload.output_tokens - 1
     pp = engine.pipeline_parallel
+    prompt = workload.computed_prompt_tokens
     if decode_steps > 0:
-        mix = _steps(engine, workload, decoding, running, decoding / pp / decode_steps)
+        mix = _decode_mix(engine, workload, decoding, running)
         inter_token = pp * mix.mean_seconds
         rate = decoding / (decode_steps * inter_token)
-    else:   # one-token outputs: prompts only, the budget full while requests are running
-        per_step = min(engine.max_num_batched_tokens, running * workload.computed_prompt_tokens)
-        mix = _steps(engine, workload, 0.0, running, per_step / workload.computed_prompt_tokens)
-        inter_token = pp * mix.chunk_step.seconds
-        rate = per_step / workload.computed_prompt_tokens / inter_token
-    first_token = _first_token_seconds(mix, pp)
-    if waiting and rate > 0:
-        first_token += waiting / rate
+        first_token = _first_token_seconds(mix, pp)
+        if waiting and rate > 0:
+            first_token += waiting / rate
+    else:
+        # One-token outputs: every step of a stage prefills its share of the running prompts within the
+        # budget; pp stages work on pp batches at once. No token follows the first.
+        per_stage = min(engine.max_num_batched_tokens, running / pp * prompt)
+        mix = _step_mix(engine, workload, 0.0, running / pp, 1.0, per_stage, max(1.0, prompt / per_stage))
+        inter_token = None
+        rate = per_stage / prompt / mix.chunk_step.seconds
+        first_token = (running + waiting) / rate   # Little's law: every request in the replica is a prompt
     return LoadPoint(
         running=running, decoding=decoding, steps=mix, inter_token_seconds=inter_token,
         first_token_seconds=first_token, requests_per_second=rate,
@@ -173,7 +185,7 @@ def _bisect(excess, high: float) -> float:
 def at_concurrency(engine: Engine, workload: Workload, concurrency: float) -> LoadPoint:
     """Closed loop: `concurrency` requests in the replica at all times (the benchmarks' --max-concurrency)."""
     cap, cap_limit = admission_limit(engine, workload)
-    running, limit = (concurrency, "load") if concurrency <= cap else (cap, cap_limit)
+    running, limit = (concurrency, "load") if concurrency < cap else (cap, cap_limit)
     waiting = concurrency - running
     decode_steps = workload.output_tokens - 1
     if decode_steps == 0:
@@ -191,7 +203,7 @@ def at_concurrency(engine: Engine, workload: Workload, concurrency: float) -> Lo
 
 def at_request_rate(engine: Engine, workload: Workload, requests_per_second: float) -> LoadPoint:
     """Open loop: requests arrive at a mean rate; at more than the replica carries, its full load, `saturated`."""
-    cap, _ = admission_limit(engine, workload)
+    cap, cap_limit = admission_limit(engine, workload)
     full = at_concurrency(engine, workload, cap)
     if requests_per_second >= full.requests_per_second:
         return replace(full, saturated=requests_per_second > full.requests_per_second)
@@ -204,12 +216,17 @@ def at_request_rate(engine: Engine, workload: Workload, requests_per_second: flo
         )
         return _point(engine, workload, 0.0, running, "load", saturated=False)
 
-    def excess(decoding: float) -> float:
-        return decoding - requests_per_second * decode_steps * _point(
-            engine, workload, decoding, decoding, "load", saturated=False
-        ).inter_token_seconds
+    def state(decoding: float) -> LoadPoint:
+        # Those admitted are the decoding ones plus those waiting for their first token (Little's law).
+        first = _point(engine, workload, decoding, decoding, "load", saturated=False)
+        running = requests_per_second * (first.first_token_seconds + decode_steps * first.inter_token_seconds)
+        running = min(cap, max(decoding, running))
+        return _point(engine, workload, decoding, running, "load" if running < cap else cap_limit, saturated=False)
 
-    decoding = _bisect(excess, full.decoding)
-    point = _point(engine, workload, decoding, decoding, "load", saturated=False)
-    running = min(cap, requests_per_second * (point.first_token_seconds + decode_steps * point.inter_token_seconds))
-    return _point(engine, workload, decoding, running, "load", saturated=False)
+    decoding = _bisect(lambda d: d - requests_per_second * decode_steps * state(d).inter_token_seconds, full.decoding)
+    point = state(decoding)
+    # Below saturation the replica carries exactly what is offered.
+    return replace(
+        point, requests_per_second=requests_per_second,
+        output_tokens_per_second=requests_per_second * workload.output_tokens,
+    )

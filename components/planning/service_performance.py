@@ -36,7 +36,7 @@ PIPELINE = Assumption(
 ASSUMPTIONS = (*STEP_ASSUMPTIONS, SHARED_DEVICE, PIPELINE, REPLICA_PRICE)
 
 SECONDS_PER_HOUR = 3600
-MAX_REPLICAS_SEARCHED = 100_000
+ALONE = 1e-9   # a share of the traffic so small that each request has its replica to itself
 
 
 def _device_share(model: ModelServiceSpec, hardware: PoolHardware) -> tuple[float, float]:
@@ -89,10 +89,10 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     )
 
 
-def workload_of(model: ModelServiceSpec, traffic: TrafficSpec) -> Workload:
-    """The traffic's mean request; its shared prefix is cached only with prefix caching on."""
-    cached = traffic.shared_prefix_tokens if model.enable_prefix_caching else 0
-    return Workload(traffic.mean_input_tokens, traffic.mean_output_tokens, cached)
+def workload_of(traffic: TrafficSpec) -> Workload:
+    """The traffic's mean request; its shared prefix is served from the prefix cache (the spec refuses a
+    shared prefix with prefix caching off)."""
+    return Workload(traffic.mean_input_tokens, traffic.mean_output_tokens, traffic.shared_prefix_tokens)
 
 
 def replica_usd_per_hour(model: ModelServiceSpec, hardware: PoolHardware, node_usd_per_hour: float) -> float:
@@ -132,14 +132,16 @@ def _meets(point: LoadPoint, slo: LatencySlo | None) -> bool:
     if slo is None:
         return True
     ttft_ok = slo.ttft_ms is None or point.first_token_seconds * 1000 <= slo.ttft_ms
-    itl_ok = slo.itl_ms is None or point.inter_token_seconds * 1000 <= slo.itl_ms
+    # One-token outputs have no token after the first, so no inter-token latency to hold.
+    itl_ok = slo.itl_ms is None or point.inter_token_seconds is None or point.inter_token_seconds * 1000 <= slo.itl_ms
     return ttft_ok and itl_ok
 
 
 def _fewest_replicas(
     engine: Engine, workload: Workload, rate: float, slo: LatencySlo | None, start: int
-) -> int | None:
-    """Fewest replicas from `start` whose share of `rate` they carry (within `slo`), by doubling then bisection."""
+) -> int:
+    """Fewest replicas from `start` whose share of `rate` they carry (within `slo`), by doubling then bisection;
+    the caller checks that a request alone meets the SLO, so some count does."""
     def ok(replicas: int) -> bool:
         return _meets(at_request_rate(engine, workload, rate / replicas), slo)
 
@@ -147,8 +149,6 @@ def _fewest_replicas(
         return start
     high = start * 2
     while not ok(high):
-        if high > MAX_REPLICAS_SEARCHED:
-            return None
         high *= 2
     low = high // 2
     while high - low > 1:
@@ -171,7 +171,7 @@ def service_estimate(
     if price is None:
         raise ValueError(f"{hardware.primary.name} has no price in the catalog: pass node_usd_per_hour")
     engine = engine_for(model, hardware)
-    workload = workload_of(model, traffic)
+    workload = workload_of(traffic)
     cap, _ = admission_limit(engine, workload)
     if cap < 1:
         raise ValueError(
@@ -185,15 +185,18 @@ def service_estimate(
     for_slo, unreachable = None, None
     replicas = for_traffic
     if model.slo is not None:
-        for_slo = _fewest_replicas(engine, workload, rate, model.slo, for_traffic)
-        if for_slo is None:
-            idle = at_request_rate(engine, workload, rate / MAX_REPLICAS_SEARCHED)
-            unreachable = (
-                f"one request alone takes {idle.first_token_seconds * 1000:.0f} ms to its first token and "
-                f"{idle.inter_token_seconds * 1000:.1f} ms per token after it on {hardware.gpu.name}"
-            )
-        else:
+        alone = at_request_rate(engine, workload, rate * ALONE)
+        if _meets(alone, model.slo):
+            for_slo = _fewest_replicas(engine, workload, rate, model.slo, for_traffic)
             replicas = for_slo
+        else:
+            after = "" if alone.inter_token_seconds is None else (
+                f" and {alone.inter_token_seconds * 1000:.1f} ms per token after it"
+            )
+            unreachable = (
+                f"a request alone takes {alone.first_token_seconds * 1000:.0f} ms to its first token{after} on "
+                f"{hardware.gpu.name}"
+            )
     point = at_request_rate(engine, workload, rate / replicas)
     replica_price = replica_usd_per_hour(model, hardware, price)
     usd_per_hour = replicas * replica_price

@@ -400,6 +400,17 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             "an slo is measured at a load, but the service states no traffic",
             "add traffic (requests_per_second and mean token counts) or remove the slo",
         )
+    if model.traffic is not None and (
+        model.traffic.mean_input_tokens + model.traffic.mean_output_tokens > model.max_model_len
+    ):
+        traffic = model.traffic
+        raise SpecError(
+            f"{path}.traffic",
+            f"a mean request of {traffic.mean_input_tokens} + {traffic.mean_output_tokens} tokens is longer than "
+            f"max_model_len {model.max_model_len}, which vLLM refuses",
+            f"raise max_model_len to {traffic.mean_input_tokens + traffic.mean_output_tokens} or more, or state the "
+            "traffic's real mean lengths",
+        )
     if model.traffic is not None and model.traffic.shared_prefix_tokens and not model.enable_prefix_caching:
         raise SpecError(
             f"{path}.traffic.shared_prefix_tokens",

@@ -489,7 +489,7 @@ class AutoscalingSpec(Model):
 class TrafficSpec(Model):
     """Expected load, for cost per token estimates."""
 
-    requests_per_second: float = Field(gt=0, description="Mean requests per second. Required.")
+    requests_per_second: float = Field(gt=0, allow_inf_nan=False, description="Mean requests per second. Required.")
     mean_input_tokens: int = Field(1024, ge=1, description="Mean prompt tokens. Defaults to 1024.")
     mean_output_tokens: int = Field(256, ge=1, description="Mean generated tokens. Defaults to 256.")
     shared_prefix_tokens: int = Field(
@@ -514,10 +514,10 @@ class LatencySlo(Model):
     """Latency targets at the stated traffic; the plan sizes replicas to meet them."""
 
     ttft_ms: float | None = Field(
-        None, gt=0, description="Mean time to first token, in milliseconds. Defaults to none."
+        None, gt=0, allow_inf_nan=False, description="Mean time to first token, in milliseconds. Defaults to none."
     )
     itl_ms: float | None = Field(
-        None, gt=0, description="Mean inter-token latency (time per output token after the first), in milliseconds. "
+        None, gt=0, allow_inf_nan=False, description="Mean inter-token latency (time per output token after the first), in milliseconds. "
         "Defaults to none.",
     )
 
