@@ -1,20 +1,31 @@
-"""Hourly cost of node pools from the catalog's on-demand prices and a stated spot discount."""
+"""Hourly cost of node pools from the catalog's on-demand prices and a stated spot discount.
+
+A pool that lists several instance types may run any of them, so its cost is a range: min scale at its
+cheapest type, max scale at its most expensive. A type without a catalog price leaves the pool unpriced
+(None), never $0: `check_budget` refuses a stated budget it cannot check. Prices are the catalog's
+(us-east-1 on-demand; see PRICE_REGION), whatever the stack's region.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from inferstack.spec import StackSpec
+from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
+
+# The region the catalog's prices are quoted for (components/catalog/instances.json price_source).
+PRICE_REGION = "us-east-1"
 
 
 @dataclass(frozen=True)
 class PoolCost:
     pool: str
-    on_demand_usd_per_node: float | None   # None when the type has no price in the catalog's region
+    on_demand_usd_per_node: float | None   # the most expensive type's price; None when a type has no price
     spot_discount: float
-    min_usd_per_hour: float | None
-    max_usd_per_hour: float | None
+    min_usd_per_hour: float | None         # baseline nodes at the cheapest type
+    max_usd_per_hour: float | None         # max_nodes at the most expensive type
+    unpriced_types: tuple[str, ...] = ()   # instance types with no price in the catalog
 
 
 def nodes_at(pool, nodes: int) -> tuple[int, int]:
@@ -26,18 +37,54 @@ def nodes_at(pool, nodes: int) -> tuple[int, int]:
 
 def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
     pool = hardware.spec
-    price = hardware.primary.on_demand_usd_per_hour
     discount = spec.budget.spot_discount
+    unpriced = tuple(t.name for t in hardware.instance_types if t.on_demand_usd_per_hour is None)
+    prices = [t.on_demand_usd_per_hour for t in hardware.instance_types if t.on_demand_usd_per_hour is not None]
 
-    def at(nodes: int) -> float | None:
-        if price is None:
+    def at(nodes: int, price: float | None) -> float | None:
+        if unpriced or price is None:
             return None
         on_demand, spot = nodes_at(pool, nodes)
         return round(price * (on_demand + spot * (1 - discount)), 4)
 
+    highest = max(prices) if prices and not unpriced else None
+    lowest = min(prices) if prices and not unpriced else None
     baseline = max(pool.min_nodes, pool.capacity.on_demand_base)
-    return PoolCost(pool.name, price, discount, at(baseline), at(pool.max_nodes))
+    return PoolCost(pool.name, highest, discount, at(baseline, lowest), at(pool.max_nodes, highest), unpriced)
 
 
 def stack_costs(spec: StackSpec) -> list[PoolCost]:
     return [pool_cost(spec, PoolHardware(pool)) for pool in spec.node_pools]
+
+
+def check_budget(spec: StackSpec) -> None:
+    """A stated budget holds at max scale, and every pool it covers has a price (else it cannot be checked)."""
+    budget = spec.budget.max_usd_per_hour
+    if budget is None:
+        return
+    costs = stack_costs(spec)
+    for index, (pool, cost) in enumerate(zip(spec.node_pools, costs)):
+        if cost.unpriced_types:
+            name = cost.unpriced_types[0]
+            raise SpecError(
+                f"node_pools[{index}].instance_types[{list(pool.instance_types).index(name)}]",
+                f"{name!r} has no on-demand price in the catalog ({PRICE_REGION}), so the budget of "
+                f"${budget:,.2f}/h cannot be checked",
+                "use an instance type the catalog prices (components/catalog/instances.json), or remove "
+                "budget.max_usd_per_hour",
+            )
+    total = round(sum(c.max_usd_per_hour for c in costs), 2)
+    if total <= budget:
+        return
+    pools = ", ".join(
+        f"{c.pool} ${c.max_usd_per_hour:,.2f}/h"
+        for c in sorted(costs, key=lambda c: -c.max_usd_per_hour) if c.max_usd_per_hour
+    )
+    raise SpecError(
+        "budget.max_usd_per_hour",
+        f"at max scale the node pools cost ${total:,.2f}/h ({pools}; {PRICE_REGION} on-demand prices, spot "
+        f"{spec.budget.spot_discount:.0%} off, each pool at its most expensive instance type), over the budget of "
+        f"${budget:,.2f}/h",
+        f"lower max_nodes of the largest pools, move their burst capacity to spot, or raise "
+        f"budget.max_usd_per_hour to at least {total:,.2f}",
+    )

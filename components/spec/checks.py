@@ -51,6 +51,9 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     _check_workers(spec, models)
     _check_queues(spec, pools)
     _check_aws_names(spec)
+    from inferstack.cost import check_budget  # cost reads the spec package
+
+    check_budget(spec)
     return models
 
 
