@@ -132,3 +132,55 @@ def test_plan_and_render_refuse_a_budget_they_cannot_hold(tmp_path: Path, pools:
         assert f"tight.yaml: {path}:" in result.stderr and "To fix:" in result.stderr
         assert result.stdout == ""
     assert not (tmp_path / "out").exists(), "nothing is rendered for a refused budget"
+
+
+# ------------------------------------------------------------------------------- the text plan in 80 columns
+
+
+@pytest.fixture(scope="module")
+def plans() -> dict[str, dict]:
+    """The plans of the example stacks and of one with an unpriced pool outside us-east-1."""
+    from inferstack.engine import run_stack
+    from inferstack.engine.summary import build_plan
+    from inferstack.stacks import load_stack
+
+    specs = {name: load_stack(REPO / "stacks", name) for name in ("dev", "prod")}
+    specs["unpriced"] = StackSpec.model_validate(spec(
+        [{"name": "h200", "instance_types": ["p5e.48xlarge"], "max_nodes": 1, "efa": True},
+         {"name": "l4", "instance_types": ["g6.xlarge", "g6.4xlarge"], "min_nodes": 1, "max_nodes": 2}],
+        region="us-east-2",
+    ))
+    return {name: {**build_plan(s, run_stack(s)), "engine_seconds": 1.0} for name, s in specs.items()}
+
+
+def text_at_80_columns(plan: dict) -> str:
+    from rich.console import Console
+
+    from inferstack.engine.report import print_plan
+
+    console = Console(record=True, width=80)
+    print_plan(plan, console)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("name", ["dev", "prod", "unpriced"])
+def test_the_plan_shows_every_figure_whole_in_80_columns(plans, name):
+    plan = plans[name]
+    text = text_at_80_columns(plan)
+    assert "…" not in text, "nothing is cut to an ellipsis"
+    # Tables are laid out to the width (the long lines are notes printed to wrap in the terminal).
+    table_lines = [line for line in text.splitlines() if line.startswith(" ") and "  " in line.strip()]
+    assert table_lines and max(len(line) for line in table_lines) <= 80
+    for pool in plan["node_pools"]:
+        for figure in pool["usd_per_hour"].values():
+            assert (f"${figure:,.2f}" if figure is not None else "n/a") in text, (pool["name"], figure)
+    for row in plan["throughput"]["models"]:
+        assert f"${row['usd_per_hour']:,.2f}" in text and f"${row['usd_per_million_output_tokens']:.4f}" in text
+
+
+def test_the_plan_says_whose_prices_and_that_unpriced_pools_are_not_free(plans):
+    text = " ".join(text_at_80_columns(plans["unpriced"]).split())
+    assert "at least $" in text and "not priced (no catalog price): h200" in text
+    assert f"{PRICE_REGION} on-demand prices, not us-east-2's" in text
+    dev = " ".join(text_at_80_columns(plans["dev"]).split())
+    assert f"Total: up to {plans['dev']['totals']['gpus_max']} GPUs, $" in dev and "at least" not in dev

@@ -147,11 +147,14 @@ def test_a_first_replica_waits_for_its_node_and_weights(stacks):
 def test_each_pool_states_its_nodes_prices_and_spot_discount(stacks):
     spec, _, plan = stacks["prod"]
     for pool in plan["node_pools"]:
-        price = pool["on_demand_usd_per_node_hour"]
+        # A pool may run any of its types: min scale at the cheapest, max scale at the dearest (inferstack.cost).
+        prices = [PoolHardware(spec.pool(pool["name"])).instance_types[i].on_demand_usd_per_hour
+                  for i in range(len(pool["instance_types"]))]
+        assert pool["on_demand_usd_per_node_hour"] == max(prices)
         capacity = spec.pool(pool["name"]).capacity
         assert (pool["spot"] is None) == (not capacity.spot)
         discount = pool["spot"]["assumed_discount"] if pool["spot"] else 0
-        for scale in ("min", "max"):
+        for scale, price in (("min", min(prices)), ("max", max(prices))):
             nodes = pool["at_scale"][scale]
             assert pool["usd_per_hour"][scale] == pytest.approx(
                 price * (nodes["on_demand_nodes"] + nodes["spot_nodes"] * (1 - discount)), abs=1e-3

@@ -174,7 +174,7 @@ REJECTIONS = {
     ),
     "unpinned worker image": (
         lambda s: s["workers"][0].update(image="python"),
-        "workers[0].image", "should match pattern",
+        "workers[0].image", "is not an image reference pinned to a tag or a digest",
     ),
     "unknown sharing mode": (
         lambda s: s["node_pools"][2].update(gpu_sharing={"mode": "vgpu"}),

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from inferstack.cost import PRICE_REGION
 
 
 # How a replica's GPUs talk (inferstack.serving.transport), short enough for a table column.
@@ -14,6 +17,27 @@ TRANSPORT_LABELS = {"in-node": "node", "efa": "EFA", "tcp": "TCP"}
 
 def _usd(value: float | None) -> str:
     return "n/a" if value is None else f"${value:,.2f}"
+
+
+def _table(title: str, columns: tuple[str, ...], figures: tuple[str, ...] = (), names: tuple[str, ...] = ()) -> Table:
+    """A table that reads in an 80-column terminal and in CI logs: light rules, long cells wrap at spaces (never
+    cut to an ellipsis), names and figures (money) never break, headers break only between words."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for column in columns:
+        if column in figures or column in names:
+            table.add_column(column, no_wrap=True, justify="right" if column in figures else "left")
+        else:
+            table.add_column(column, overflow="fold", min_width=max(len(word) for word in column.split()))
+    return table
+
+
+def _capacity(pool: dict[str, Any]) -> str:
+    """'on-demand', 'spot, 60% off' or '2 on-demand + spot, 60% off': how the pool's nodes are bought."""
+    base = pool["nodes"]["on_demand_base"]
+    if pool["spot"] is None:
+        return "on-demand"
+    spot = f"spot, {pool['spot']['assumed_discount']:.0%} off"
+    return spot if base == 0 else f"{base} on-demand + {spot}"
 
 
 def duration(seconds: float) -> str:
@@ -47,23 +71,20 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
             f"unanswered[/yellow] (a mock to fix in components/engine/mocks.py): {', '.join(resources['unanswered_outputs'])}"
         )
 
-    pools = Table(title="Node pools", title_justify="left")
-    for column in (
-        "pool", "role", "instances", "GPUs/node", "nodes", "capacity", "spot", "EFA", "sharing", "$/h min", "$/h max"
-    ):
-        pools.add_column(column)
+    pools = _table(
+        "Node pools", ("pool", "instances", "GPUs/node", "nodes", "capacity", "EFA", "$/h min", "$/h max"),
+        figures=("$/h min", "$/h max"), names=("pool",),
+    )
     for pool in plan["node_pools"]:
         nodes = pool["nodes"]
+        sharing = "" if pool["gpu_sharing"] == "none" else f"\n{pool['gpu_sharing']}"
         pools.add_row(
-            pool["name"],
-            pool["role"],
-            ", ".join(pool["instance_types"]),
-            f"{pool['gpus_per_node']}x {pool['gpu']}",
-            f"{nodes['min']}-{nodes['max']} (on-demand {nodes['on_demand_base']})",
-            pool["capacity"],
-            "-" if pool["spot"] is None else f"{pool['spot']['assumed_discount']:.0%} off",
+            f"{pool['name']}\n[dim]{pool['role']}[/dim]",
+            " ".join(pool["instance_types"]),
+            f"{pool['gpus_per_node']}x {pool['gpu']}{sharing}",
+            f"{nodes['min']}-{nodes['max']}",
+            _capacity(pool),
             str(pool["efa_interfaces"] or "-"),
-            pool["gpu_sharing"],
             _usd(pool["usd_per_hour"]["min"]),
             _usd(pool["usd_per_hour"]["max"]),
         )
@@ -77,18 +98,19 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
             )
 
     if plan["placements"]:
-        placements = Table(title="Model placements (per replica)", title_justify="left")
-        for column in ("model", "pool", "devices", "replicas", "weights GiB", "KV cache GiB", "memory GiB", "context x seqs", "links", "fits"):
-            placements.add_column(column)
+        placements = _table(
+            "Model placements (per replica)",
+            ("model", "pool", "devices", "replicas", "GiB: weights, KV cache, memory", "context x seqs", "links",
+             "fits"),
+            names=("model",),
+        )
         for row in plan["placements"]:
             placements.add_row(
                 row["model"],
                 row["pool"],
                 f"{row['devices_per_replica']}x {row['device']}",
                 f"{row['replicas']['min']}-{row['replicas']['max']}",
-                f"{row['weights_gib']:.1f}",
-                f"{row['kv_cache_gib']:.1f}",
-                f"{row['memory_gib']:.1f}",
+                f"{row['weights_gib']:.1f}, {row['kv_cache_gib']:.1f}, {row['memory_gib']:.1f}",
                 f"{row['max_model_len']} x {row['max_concurrency_at_full_length']}",
                 TRANSPORT_LABELS[row["transport"]],
                 "yes" if row["fits"] else "[red]NO[/red]",
@@ -107,9 +129,13 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
 
     totals = plan["totals"]
     spot = plan["node_pools"][0]["spot_discount"] if plan["node_pools"] else 0
+    floor = "at least " if totals["unpriced_pools"] else ""  # unpriced pools cost something, not $0
+    prices = f"{PRICE_REGION} on-demand prices"
+    if plan["region"] != PRICE_REGION:
+        prices += f", not {plan['region']}'s: the catalog prices one region"
     console.print(
-        f"[bold]Total[/bold]: up to {totals['gpus_max']} GPUs, {_usd(totals['usd_per_hour_min'])}/h at min scale, "
-        f"{_usd(totals['usd_per_hour_max'])}/h at max scale (us-east-1 on-demand prices; spot assumed "
+        f"[bold]Total[/bold]: up to {totals['gpus_max']} GPUs, {floor}{_usd(totals['usd_per_hour_min'])}/h at min "
+        f"scale, {floor}{_usd(totals['usd_per_hour_max'])}/h at max scale ({prices}; spot assumed "
         f"{spot:.0%} off on-demand; min scale runs the on-demand baseline, spot fills the rest up to max)"
     )
     if totals["unpriced_pools"]:
@@ -135,12 +161,11 @@ def print_throughput(estimates: dict[str, Any], console: Console) -> None:
     """Per model at its stated traffic: replicas, latency, $/h and $/1M output tokens with the model's
     stated accuracy, then every assumption of the model."""
     accuracy = estimates["accuracy"]
-    table = Table(
-        title=f"Throughput and cost at the stated traffic (engine step model: {accuracy['stated']}; on-demand prices)",
-        title_justify="left",
+    table = _table(
+        f"Throughput and cost at the stated traffic (engine step model: {accuracy['stated']}; on-demand prices)",
+        ("model", "traffic", "replicas", "per replica at traffic", "at full load", "$/h", "$/1M out"),
+        figures=("$/h",), names=("model",),
     )
-    for column in ("model", "traffic", "replicas", "per replica at traffic", "at full load", "$/h", "$/1M out"):
-        table.add_column(column)
     for row in estimates["models"]:
         traffic = row["traffic"]
         asked = (
@@ -184,9 +209,11 @@ ROLLOUT_LABELS = {
 
 def print_rollouts(rollouts: dict[str, Any], console: Console) -> None:
     """Per service: how an update replaces replicas, what it costs in serving, and how to wait for it."""
-    table = Table(title="Rollouts on update (from each pool's room at max size)", title_justify="left")
-    for column in ("model", "workload", "strategy", "maxSurge/maxUnavailable", "pool free at max", "during an update"):
-        table.add_column(column)
+    table = _table(
+        "Rollouts on update (from each pool's room at max size)",
+        ("model", "workload", "strategy", "maxSurge/maxUnavailable", "pool free at max", "during an update"),
+        names=("model",),
+    )
     for row in rollouts["models"]:
         if row["downtime_seconds"] is not None:
             effect = f"[red]down ~{duration(row['downtime_seconds'])}[/red] (one load time) while one replica runs"
@@ -208,9 +235,11 @@ def print_rollouts(rollouts: dict[str, Any], console: Console) -> None:
 
 def print_time_to_serving(times: dict[str, Any], console: Console) -> None:
     """Per model: the longest chain of waits from an empty account, its lower bound, and the chain itself."""
-    table = Table(title="Time to serving from an empty account (first ready replica)", title_justify="left")
-    for column in ("model", "program", "lower bound", "weights S3 / NVMe", "first replica"):
-        table.add_column(column)
+    table = _table(
+        "Time to serving from an empty account (first ready replica)",
+        ("model", "program", "lower bound", "weights S3 / NVMe", "first replica"),
+        names=("model",),
+    )
     for model in times["models"]:
         bound = duration(model["lower_bound_seconds"])
         if model["lower_bound_seconds"] < model["seconds"]:
