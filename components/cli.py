@@ -86,11 +86,13 @@ def _diff(args: argparse.Namespace) -> int:
     replaced, 0 otherwise, 2 on bad input."""
     from inferstack.engine import diff
     from inferstack.spec import SpecError
-    from inferstack.stacks import StackNotFound, load_stack
+    from inferstack.stacks import StackNotFound, errors_named_by, load_stack, stack_file
 
     try:
-        stacks_dir = _stacks_dir(args.stacks_dir)
-        after = diff.run_spec(load_stack(stacks_dir, args.stack))
+        stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
+        spec = load_stack(stacks_dir, args.stack)
+        with errors_named_by(stack_file(stacks_dir, args.stack)):
+            after = diff.run_spec(spec)
         folder = Path(args.against)
         if folder.is_dir():
             before, note = diff.load_render(folder), None
@@ -106,21 +108,28 @@ def _diff(args: argparse.Namespace) -> int:
     return EXIT_BLOCKING_REPLACEMENT if result["blocking_replacements"] else 0
 
 
-def _stacks_dir(given: Path | None) -> Path:
-    from inferstack.stacks import find_project_root
+def _stacks_dir(given: Path | None, stack: str) -> Path:
+    """--stacks-dir, else the folder of a stack given as a file path (no project needed), else <project>/stacks."""
+    from inferstack.stacks import STACK_SUFFIXES, find_project_root
 
-    return given if given is not None else find_project_root() / "stacks"
+    if given is not None:
+        return given
+    if Path(stack).suffix in STACK_SUFFIXES and Path(stack).is_file():
+        return Path(stack).parent
+    return find_project_root() / "stacks"
 
 
 def _run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
     from inferstack.engine import run_stack
     from inferstack.engine.summary import build_plan
-    from inferstack.stacks import load_stack
+    from inferstack.stacks import errors_named_by, load_stack, stack_file
 
-    spec = load_stack(_stacks_dir(args.stacks_dir), args.stack)
+    stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
+    spec = load_stack(stacks_dir, args.stack)
     started = time.perf_counter()
-    recording = run_stack(spec)
-    plan = build_plan(spec, recording)
+    with errors_named_by(stack_file(stacks_dir, args.stack)):
+        recording = run_stack(spec)
+        plan = build_plan(spec, recording)
     plan["engine_seconds"] = round(time.perf_counter() - started, 3)
     return spec, plan, recording
 
@@ -135,10 +144,12 @@ def _check_inputs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, 
         plan = policy_runner.load_plan(plan_file) if plan_file.is_file() else {}
         return resources, plan.get("stack") or "stack", policy_runner.plan_policy_config(plan)
     from inferstack.engine import run_stack
-    from inferstack.stacks import load_stack
+    from inferstack.stacks import errors_named_by, load_stack, stack_file
 
-    spec = load_stack(_stacks_dir(args.stacks_dir), args.stack)
-    resources = [r.as_dict() for r in run_stack(spec).resources]
+    stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
+    spec = load_stack(stacks_dir, args.stack)
+    with errors_named_by(stack_file(stacks_dir, args.stack)):
+        resources = [r.as_dict() for r in run_stack(spec).resources]
     return resources, spec.environment, policy_runner.spec_policy_config(spec)
 
 
@@ -172,7 +183,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        status = _main(argv)
+        sys.stdout.flush()  # inside the try: a reader that left fails this write, not the interpreter's last one
+        return status
     except BrokenPipeError:
         # The reader stopped (e.g. `| head`): what was asked is done. Point stdout at /dev/null so the
         # interpreter's final flush does not fail too.
@@ -212,9 +225,13 @@ def _plan_or_render(args: argparse.Namespace) -> int:
     except (SpecError, StackNotFound) as error:
         print(f"inferstack: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    violations = _mandatory_violations(plan)
     if args.command == "render":
         from inferstack.engine.render import write_render
 
+        if violations:
+            _report_blocking(plan, f"{violations} mandatory policy violation(s): nothing written to {args.out}")
+            return EXIT_POLICY_VIOLATION
         try:
             counts = write_render(recording, plan, args.out)
         except OSError as error:
@@ -241,7 +258,25 @@ def _plan_or_render(args: argparse.Namespace) -> int:
         from inferstack.engine.report import print_plan
 
         print_plan(plan)
+    if violations:
+        print(f"inferstack: {violations} mandatory policy violation(s) (listed under Policies): `pulumi up` would "
+              "stop, so the plan exits 1 as `inferstack check` does", file=sys.stderr)
+        return EXIT_POLICY_VIOLATION
     return 0
+
+
+def _mandatory_violations(plan: dict[str, Any]) -> int:
+    """Violations of mandatory policies in the plan: any one stops `pulumi up` (policy_runner.blocking)."""
+    return sum(len(p["violations"]) for p in plan["policies"] if p["enforcement"] == "mandatory")
+
+
+def _report_blocking(plan: dict[str, Any], outcome: str) -> None:
+    from rich.console import Console
+
+    from inferstack.engine.report import print_policy_results
+
+    print_policy_results(plan["policies"], Console(stderr=True), passing=False)
+    print(f"inferstack: {outcome}. To fix: follow each violation's fix, then render again", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,17 @@ import importlib.util
 import json
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
 
 STACK_SUFFIXES = (".py", ".yaml", ".yml", ".json")
+KUBERNETES_WRAPPER_KEYS = ("apiVersion", "kind", "metadata", "spec")
 
 
 class StackNotFound(Exception):
@@ -42,6 +46,11 @@ def stack_file(stacks_dir: Path, name: str) -> Path:
     candidate = Path(name)
     if candidate.suffix in STACK_SUFFIXES and candidate.is_file():
         return candidate
+    if not stacks_dir.is_dir():
+        raise StackNotFound(
+            f"the stacks folder {stacks_dir} does not exist or is not a folder. To fix: pass --stacks-dir the folder "
+            f"holding {name}.py (or .yaml/.json), or give the stack file's path"
+        )
     for suffix in STACK_SUFFIXES:
         path = stacks_dir / f"{name}{suffix}"
         if path.is_file():
@@ -54,7 +63,20 @@ def load_stack(stacks_dir: Path, name: str) -> StackSpec:
     """Load and validate a stack, `auto` placements decided; raise SpecError (with file and line) or StackNotFound."""
     path = stack_file(stacks_dir, name)
     spec = _load_python(path) if path.suffix == ".py" else _load_document(path)
-    return spec.resolved()
+    with errors_named_by(path):
+        return spec.resolved()
+
+
+@contextmanager
+def errors_named_by(path: Path) -> Iterator[None]:
+    """A SpecError raised once the stack is loaded (auto placement, the program's own checks) still names the
+    file the user has to edit."""
+    try:
+        yield
+    except SpecError as error:
+        if error.path.startswith(path.name):
+            raise
+        raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
 
 
 def _load_python(path: Path) -> StackSpec:
@@ -66,9 +88,15 @@ def _load_python(path: Path) -> StackSpec:
     except ValidationError as error:
         located = describe_validation_error(error, _model_class(error))
         raise SpecError(f"{path.name}:{_line_in(path, error)} {error.title}.{located.path}", located.problem, located.fix) from None
-    except SpecError as error:
-        raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
+    except SpecError as error:  # a cross-field check: the line is the StackSpec(...) call
+        raise SpecError(f"{path.name}:{_line_in(path, error) or ''} {error.path}", error.problem, error.fix) from None
     except SyntaxError as error:  # also a null byte or bad encoding in the source
+        if error.filename and Path(error.filename).resolve() != path.resolve():  # a module the stack imports
+            raise SpecError(
+                f"{path.name}:{_line_in(path, error) or 'its code'}".rstrip(":"),
+                f"imports {error.filename}, which is not valid Python at line {error.lineno}: {error.msg}",
+                "fix that module's syntax (python -m py_compile shows it)",
+            ) from None
         where = f"line {error.lineno}" if error.lineno else "its source"
         raise SpecError(
             f"{path.name}:{where}", f"is not valid Python: {error.msg}", "fix the syntax (python -m py_compile shows it)"
@@ -88,15 +116,12 @@ def _load_python(path: Path) -> StackSpec:
 
 
 def _load_document(path: Path) -> StackSpec:
-    import yaml
-
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise SpecError(path.name, f"is not valid {path.suffix[1:].upper()}: {error}", "fix the syntax") from None
     except UnicodeDecodeError as error:
         raise SpecError(path.name, f"is not UTF-8 text ({error.reason} at byte {error.start})", "save it as UTF-8") from None
+    data = _parse_json(path, text) if path.suffix == ".json" else _parse_yaml(path, text)
+    _refuse_kubernetes_wrapper(path, data)
     try:
         return StackSpec.model_validate(data)
     except ValidationError as error:
@@ -104,6 +129,101 @@ def _load_document(path: Path) -> StackSpec:
         raise SpecError(f"{path.name}: {located.path}", located.problem, located.fix) from None
     except SpecError as error:
         raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    """The document's data; a syntax error is file:line:column, and a key given twice in one mapping is refused
+    (PyYAML would keep the last one silently)."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(path, node, "")
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
+        context = f" ({error.context} at line {error.context_mark.line + 1})" if error.context and error.context_mark else ""
+        raise SpecError(where, f"is not valid YAML: {error.problem}{context}", "fix the syntax at that position") from None
+    except yaml.YAMLError as error:
+        raise SpecError(path.name, f"is not valid YAML: {error}", "fix the syntax") from None
+    finally:
+        loader.dispose()
+
+
+def _parse_json(path: Path, text: str) -> Any:
+    """The document's data; a syntax error is file:line:column, and a key given twice in one object is refused
+    (json.loads would keep the last one silently)."""
+    duplicated: list[str] = []
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        duplicated.extend(key for i, key in enumerate(keys) if key in keys[:i])
+        return dict(pairs)
+
+    try:
+        data = json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as error:
+        raise SpecError(
+            f"{path.name}:{error.lineno}:{error.colno}", f"is not valid JSON: {error.msg}", "fix the syntax at that position"
+        ) from None
+    if duplicated:
+        _locate_json_duplicate(path, text, duplicated[0])
+    return data
+
+
+def _locate_json_duplicate(path: Path, text: str, key: str) -> None:
+    """JSON is YAML's flow style: YAML's nodes carry the line of the repeated key."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:  # a JSON text PyYAML does not read: name the key without its line
+        node = None
+    if node is not None:
+        _refuse_duplicate_keys(path, node, "")
+    raise SpecError(path.name, f"gives the key {key!r} twice in one object", "keep one of them")
+
+
+def _refuse_duplicate_keys(path: Path, node: Any, at: str) -> None:
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_duplicate_keys(path, item, f"{at}[{index}]")
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key, line = key_node.value, key_node.start_mark.line + 1
+        field = f"{at}.{key}" if at else key
+        if key in first_line:
+            raise SpecError(
+                f"{path.name}:{line}:{key_node.start_mark.column + 1}: {field}",
+                f"is given twice in one mapping (first on line {first_line[key]}); only one value can count",
+                "keep one of them",
+            )
+        first_line[key] = line
+        _refuse_duplicate_keys(path, value_node, field)
+
+
+def _refuse_kubernetes_wrapper(path: Path, data: Any) -> None:
+    """`apiVersion: ..., kind: ..., spec: {...}` is how a Kubernetes object looks, not a stack file."""
+    if not isinstance(data, dict) or not {"apiVersion", "kind"} & set(data) or set(data) & set(StackSpec.model_fields):
+        return
+    given = ", ".join(key for key in KUBERNETES_WRAPPER_KEYS if key in data)
+    raise SpecError(
+        path.name,
+        f"is written as a Kubernetes object ({given}), but a stack file is not a Kubernetes resource: it holds the "
+        "StackSpec's fields at the top level (environment, region, node_pools, models, ...)",
+        "move the fields under spec: to the top of the file and drop apiVersion, kind and metadata "
+        "(`inferstack schema` lists the fields)",
+    )
 
 
 def _model_class(error: ValidationError):
