@@ -34,6 +34,7 @@ def pool(name: str, instance_type: str, sharing: dict, **extra) -> dict:
 )
 def test_each_mig_pool_gets_its_own_layout_for_all_its_gpus(instance_type, layout):
     def change(s):
+        s["region"] = "us-west-2"  # offers every catalog type; us-east-1 has no p5e.48xlarge
         s["node_pools"][1] = pool("mig", instance_type, {"mode": "mig", "layout": layout})
 
     spec = build(change)

@@ -5,6 +5,7 @@ They run inside `StackSpec` validation, so an invalid spec never reaches the Pul
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Iterable
 
@@ -12,6 +13,7 @@ from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_typ
 from inferstack.aws.node_template import GPU_TAINT
 from inferstack.catalog.charts import cluster_autoscaler_image_tags, eks_addon_versions
 from inferstack.catalog.models import MODELS, known_model_ids, model_facts
+from inferstack.catalog.offerings import ec2_instance_types, region_zones, zones_offering
 from inferstack.spec.cluster_access import check_cluster_access
 from inferstack.spec.cron import schedule_problem, time_zone_problem
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
@@ -39,6 +41,8 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
 
     _unique_names(spec)
     _check_object_names(spec)
+    _check_region(spec)
+    _check_s3_uris(spec)
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
     _check_gpu_operator(spec)
     _check_cluster(spec)
@@ -51,6 +55,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     _check_workers(spec, models)
     _check_queues(spec, pools)
     _check_aws_names(spec)
+    _check_zones_exist(spec)
     from inferstack.cost import check_budget  # cost reads the spec package
 
     check_budget(spec)
@@ -135,6 +140,94 @@ def _min_max(path: str, low_name: str, low: int, high_name: str, high: int) -> N
         )
 
 
+# ------------------------------------------------------------------------------------ region and zones
+
+
+def _check_region(spec: StackSpec) -> None:
+    """The region exists in EC2's offering data (catalog/ec2_offerings.json)."""
+    regions = region_zones()
+    if spec.region not in regions:
+        raise SpecError(
+            "region",
+            f"{spec.region!r} is not an AWS region the EC2 offering catalog knows{did_you_mean(spec.region, regions)}",
+            "use a commercial AWS region such as 'us-east-1', or add the region's offerings to "
+            "components/catalog/ec2_offerings.json",
+        )
+
+
+def _check_zones_exist(spec: StackSpec) -> None:
+    """Every zone the spec names is one of its region's (checked last: zones outside the region are refused before)."""
+    zones = region_zones()[spec.region]
+    named: list[tuple[str, str]] = []
+    if isinstance(spec.cluster, CreateCluster):
+        network = spec.cluster.network
+        named += [(f"cluster.network.availability_zones[{j}]", zone) for j, zone in enumerate(network.availability_zones)]
+        named += [(f"cluster.network.subnet_cidrs.{zone}", zone) for zone in network.subnet_cidrs]
+    for i, pool in enumerate(spec.node_pools):
+        named += [(f"node_pools[{i}].availability_zones[{j}]", zone) for j, zone in enumerate(pool.availability_zones)]
+    for path, zone in named:
+        if zone.startswith(spec.region) and zone not in zones:
+            raise SpecError(
+                path,
+                f"{zone!r} is not an availability zone of {spec.region}{did_you_mean(zone, zones)}",
+                f"use one of {quoted(zones)}",
+            )
+
+
+# ------------------------------------------------------------------------------------------ S3 names
+
+# Amazon S3 User Guide, "General purpose bucket naming rules"
+# (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).
+_BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
+_RESERVED_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_RESERVED_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3")
+
+
+def _bucket_name_problem(name: str) -> str | None:
+    """Why S3 would refuse `name` as a general purpose bucket, or None."""
+    if not 3 <= len(name) <= 63:
+        return f"a bucket name is 3 to 63 characters long, and {name!r} has {len(name)}"
+    if not set(name) <= _BUCKET_CHARS:
+        bad = "".join(sorted(set(name) - _BUCKET_CHARS))
+        return f"a bucket name has lower-case letters, digits, '.' and '-' only, and {name!r} has {bad!r}"
+    if not (name[0].isalnum() and name[-1].isalnum()):
+        return f"a bucket name begins and ends with a letter or digit, and {name!r} does not"
+    if ".." in name:
+        return f"a bucket name has no two adjacent periods, and {name!r} has '..'"
+    try:
+        ipaddress.IPv4Address(name)
+        return f"a bucket name is not formatted as an IP address, and {name!r} is one"
+    except ValueError:
+        pass
+    for prefix in _RESERVED_BUCKET_PREFIXES:
+        if name.startswith(prefix):
+            return f"bucket names starting {prefix!r} are reserved by S3"
+    for suffix in _RESERVED_BUCKET_SUFFIXES:
+        if name.endswith(suffix):
+            return f"bucket names ending {suffix!r} are reserved by S3 for access point and other aliases"
+    return None
+
+
+def _check_s3_uris(spec: StackSpec) -> None:
+    """Every S3 URI names a bucket S3 allows; weights and batch input also name the key (prefix) under it."""
+    uris = [(f"models[{i}].weights", m.weights, "the prefix holding the model's files, e.g. s3://my-bucket/models/"
+             f"{m.name}/") for i, m in enumerate(spec.models) if m.weights is not None]
+    for i, job in enumerate(spec.batch_jobs):
+        uris.append((f"batch_jobs[{i}].input", job.input, "the JSONL object, e.g. s3://my-bucket/batch/input.jsonl"))
+        uris.append((f"batch_jobs[{i}].output", job.output, None))
+    for path, uri, key_example in uris:
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        problem = _bucket_name_problem(bucket)
+        if problem:
+            raise SpecError(path, f"{uri!r} names no valid bucket: {problem}", "write s3://<bucket>/<key> with the "
+                            "bucket's real name")
+        if key_example and not key.strip("/"):
+            raise SpecError(path, f"{uri!r} names a bucket but no key", f"add the key: {key_example}")
+    existing = spec.weights.existing_bucket
+    if existing is not None and (problem := _bucket_name_problem(existing)):
+        raise SpecError("weights.existing_bucket", problem, "give the bucket's name alone, without s3:// or a key")
+
+
 # ----------------------------------------------------------------------------------------------- pools
 
 
@@ -200,15 +293,6 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                 "remove it, or give it another key or effect",
             )
         seen_taints.add((taint.key, taint.effect))
-    if isinstance(spec.cluster, CreateCluster) and spec.cluster.network.availability_zones:
-        zones = spec.cluster.network.availability_zones
-        for j, zone in enumerate(pool.availability_zones):
-            if zone not in zones:
-                raise SpecError(
-                    f"{path}.availability_zones[{j}]",
-                    f"{zone!r} is not one of the cluster's zones {quoted(zones)}",
-                    "pick zones from cluster.network.availability_zones",
-                )
     for j, zone in enumerate(pool.availability_zones):
         if not zone.startswith(spec.region):
             raise SpecError(
@@ -216,7 +300,44 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                 f"{zone!r} is not in region {spec.region}",
                 f"use zones such as {spec.region}a",
             )
+    zones = _cluster_zones(spec)
+    if zones is not None:
+        for j, zone in enumerate(pool.availability_zones):
+            if zone not in zones:
+                raise SpecError(
+                    f"{path}.availability_zones[{j}]",
+                    f"{zone!r} is not one of the cluster's zones {quoted(zones)}"
+                    + ("" if spec.cluster.network.availability_zones else " (the region's first three, by default)"),
+                    "pick zones from cluster.network.availability_zones, or add the zone there",
+                )
+    _check_offerings(spec, path, pool.instance_types)
     return hardware
+
+
+def _cluster_zones(spec: StackSpec) -> list[str] | None:
+    """The zones a created cluster's subnets are in (None when subnets exist already: the AWS layer checks those)."""
+    from inferstack.aws.network import default_zones
+
+    cluster = spec.cluster
+    if not isinstance(cluster, CreateCluster) or cluster.network.existing_subnet_ids:
+        return None
+    return cluster.network.availability_zones or default_zones(spec.region)
+
+
+def _check_offerings(spec: StackSpec, path: str, types: list[str]) -> None:
+    """EC2 launches no node of a type its region does not offer.
+
+    Zone by zone the data is one account's view: zone names map to physical zones per account in the older
+    regions, so a type missing from a zone name there is not refused.
+    """
+    for j, name in enumerate(types):
+        if not zones_offering(spec.region, name):
+            elsewhere = sorted(r for r in region_zones() if zones_offering(r, name))
+            raise SpecError(
+                f"{path}.instance_types[{j}]",
+                f"{name} is not offered in {spec.region} (EC2 offers it in {', '.join(elsewhere) or 'no region'})",
+                "pick an instance type the region offers, or a region that offers this one",
+            )
 
 
 def _check_efa(path: str, hardware: PoolHardware) -> None:
@@ -357,6 +478,13 @@ def _check_cluster(spec: StackSpec) -> None:
     if not isinstance(cluster, CreateCluster):
         return
     _min_max("cluster.system_nodes", "min_nodes", cluster.system_nodes.min_nodes, "max_nodes", cluster.system_nodes.max_nodes)
+    system_type = cluster.system_nodes.instance_type
+    if system_type not in ec2_instance_types():
+        raise SpecError(
+            "cluster.system_nodes.instance_type",
+            f"{system_type!r} is not an EC2 instance type{did_you_mean(system_type, ec2_instance_types())}",
+            "use an EC2 type such as 'm7i.xlarge' (see `aws ec2 describe-instance-types`)",
+        )
     check_cluster_access(cluster)
     pinned = eks_addon_versions()
     if cluster.kubernetes_version not in pinned:
@@ -422,6 +550,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             "set enable_prefix_caching to true, or shared_prefix_tokens to 0",
         )
     _check_placement(spec, path, model, hardware)
+    _check_engine_limits(path, model, hardware)
     _check_efa_image(path, model, hardware)
     from inferstack.sizing import check_fit  # sizing imports the spec package; import once it is loaded
 
@@ -441,6 +570,14 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             f"scale_to_zero is true but min_replicas is {scaling.min_replicas}",
             "set min_replicas to 0, or scale_to_zero to false",
         )
+    _check_scaling_room(path, model, hardware)
+    if scaling.metric == "kv_cache" and scaling.target is not None and scaling.target > 1:
+        raise SpecError(
+            f"{path}.autoscaling.target",
+            f"{scaling.target:g} is above 1, but vllm:kv_cache_usage_perc is a fraction (1 means 100 percent), so the "
+            "service would never scale out",
+            f"give the target as a fraction, e.g. {min(scaling.target / 100, 1):g} for {scaling.target:g} percent",
+        )
     if scaling.max_replicas > scaling.min_replicas and not spec.platform.keda:
         raise SpecError(
             f"{path}.autoscaling",
@@ -458,6 +595,63 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             f"{path}.tier",
             f"tier {model.tier!r} has no WorkloadPriorityClass of that name in queues.priorities",
             f"add a priority named {model.tier!r} to queues.priorities",
+        )
+
+
+def _check_engine_limits(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """vLLM 0.33 `SchedulerConfig.verify_max_model_len` (vllm/config/scheduler.py) refuses to start with these."""
+    from inferstack.sizing import scheduler_defaults
+
+    tokens = model.max_num_batched_tokens
+    generates = model.resolved_architecture.task == "generate"  # pooling models leave chunked prefill to vLLM
+    if tokens is not None and generates and not model.enable_chunked_prefill and tokens < model.max_model_len:
+        raise SpecError(
+            f"{path}.max_num_batched_tokens",
+            f"{tokens} is below max_model_len {model.max_model_len} with enable_chunked_prefill false, so a whole "
+            "prompt cannot fit one scheduler step and vLLM refuses to start",
+            f"raise max_num_batched_tokens to {model.max_model_len}, lower max_model_len, or enable chunked prefill",
+        )
+    if model.max_num_seqs is None:
+        return  # vLLM lowers its default max_num_seqs to max_num_batched_tokens
+    tokens, _ = scheduler_defaults(model, hardware)
+    if tokens < model.max_num_seqs:
+        stated = "" if model.max_num_batched_tokens is not None else " (vLLM's default on this GPU)"
+        raise SpecError(
+            f"{path}.max_num_batched_tokens" if model.max_num_batched_tokens is not None else f"{path}.max_num_seqs",
+            f"max_num_batched_tokens {tokens}{stated} is below max_num_seqs {model.max_num_seqs}: every running "
+            "sequence needs a token of each step, and vLLM refuses to start",
+            f"raise max_num_batched_tokens to {model.max_num_seqs} or more, or lower max_num_seqs to {tokens}",
+        )
+
+
+def _replicas_held(model: ModelServiceSpec, hardware: PoolHardware, nodes: int) -> int:
+    """The most replicas `nodes` of the pool hold with nothing else on them (a replica is pipeline_parallel pods)."""
+    from inferstack.serving.pods import gpu_requests
+
+    ((resource, count),) = gpu_requests(model, hardware).items()
+    pods_per_node = hardware.resources_per_node.get(resource, 0) // count
+    return nodes * pods_per_node // model.pipeline_parallel
+
+
+def _check_scaling_room(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """Replicas the service asks for must fit the pool; an online service never scales to zero."""
+    scaling, pool = model.autoscaling, hardware.spec
+    most = _replicas_held(model, hardware, pool.max_nodes)
+    if scaling.max_replicas > most:
+        raise SpecError(
+            f"{path}.autoscaling.max_replicas",
+            f"{scaling.max_replicas} replicas, but pool {pool.name!r} holds at most {most} of this service "
+            f"({pool.max_nodes} nodes of {hardware.primary.name}), so the rest would stay pending",
+            f"lower max_replicas to {most}, or raise the pool's max_nodes",
+        )
+    if model.tier != "online":
+        return
+    if scaling.scale_to_zero:
+        raise SpecError(
+            f"{path}.autoscaling.scale_to_zero",
+            "an online service must answer at once, but scaling to zero makes the first request wait for a node "
+            "and a model load",
+            "set scale_to_zero false with min_replicas 1 or more, or make the service's tier 'standard' or 'batch'",
         )
 
 

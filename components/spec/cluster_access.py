@@ -47,6 +47,8 @@ def _check_cidr(path: str, cidr: str, from_anywhere: bool) -> None:
     if network.version != 4:
         raise SpecError(path, f"{cidr!r} is IPv6 and the cluster is IPv4, which takes IPv4 blocks only",
                         "use the IPv4 egress addresses")
+    if "/" not in cidr:
+        raise SpecError(path, f"{cidr!r} is an address, not a CIDR block", f"write the block as {str(network)!r}")
     if str(network) != cidr:
         raise SpecError(path, f"{cidr!r} has host bits set", f"write the block as {str(network)!r}")
     if network.prefixlen == 0:

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, PrivateAt
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, min_length=1, max_length=40)]
-S3Uri = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")]
+# The bucket and key are checked by spec.checks against S3's naming rules, with a message per rule.
+S3Uri = Annotated[str, StringConstraints(pattern=r"^s3://\S*$")]
 PinnedImage = Annotated[
     str,
     StringConstraints(pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$"),
@@ -691,7 +692,6 @@ class WeightsStoreSpec(Model):
 
     existing_bucket: str | None = Field(
         None,
-        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
         description="Use this bucket instead of creating one. Defaults to none: an encrypted, versioned, private bucket is created.",
     )
 
