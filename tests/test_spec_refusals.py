@@ -60,6 +60,19 @@ def cluster(**fields):
 
 # case -> (change, field path, fragment of the problem, fragment of the fix)
 REFUSALS = {
+    # Kueue v1beta1 ClusterQueue: nominalQuota is set per flavor of the queue's own resourceGroups.
+    "a quota on a pool the queue does not own": (
+        lambda s: s.update(queues={"cluster_queues": [
+            {"name": "serving", "role": "serving", "pools": ["h100"], "quota_gpus": {"l4": 1}},
+            {"name": "batch", "role": "batch"}]}),
+        "queues.cluster_queues[0].quota_gpus.l4", "does not own pool 'l4'", "add 'l4' to queues.cluster_queues[0].pools",
+    ),
+    "a quota on a pool of the other role": (
+        lambda s: (s["node_pools"][2].update(role="batch"), s.update(queues={"cluster_queues": [
+            {"name": "serving", "role": "serving"},
+            {"name": "batch", "role": "batch", "quota_gpus": {"h100": 8}}]})),
+        "queues.cluster_queues[1].quota_gpus.h100", "(it owns 'l4')", "or remove the quota",
+    ),
     # Pool zones: the AWS layer places a pool in the cluster's subnets, which exist only in the cluster's zones
     # (components/aws/network.py subnet_layout; without availability_zones, the region's a, b and c). Before
     # this check a pool zone outside the default zones raised KeyError in NetworkLayout.subnets_for.

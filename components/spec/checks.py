@@ -839,12 +839,22 @@ def _check_queues(spec: StackSpec, pools: dict[str, PoolHardware]) -> None:
                     f"{name!r} is not a node pool{did_you_mean(name, pools)}",
                     f"use one of {quoted(pools)}",
                 )
+        owned = queue.pools if queue.pools is not None else [p.name for p in spec.node_pools if p.role == queue.role]
         for name, quota in queue.quota_gpus.items():
             if name not in pools:
                 raise SpecError(
                     f"{path}.quota_gpus.{name}",
                     f"{name!r} is not a node pool{did_you_mean(name, pools)}",
                     f"use one of {quoted(pools)}",
+                )
+            if name not in owned:
+                # A ClusterQueue's nominal quota is per flavor of its own resource groups: a pool the queue
+                # does not own has no flavor there, so the quota would never apply.
+                raise SpecError(
+                    f"{path}.quota_gpus.{name}",
+                    f"queue {queue.name!r} does not own pool {name!r} (it owns {quoted(owned) or 'no pool'}), so a "
+                    "quota on it would never apply",
+                    f"add {name!r} to {path}.pools, or remove the quota",
                 )
             capacity = sum(pools[name].max_resources.values())
             if quota > capacity:
