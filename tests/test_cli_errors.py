@@ -42,6 +42,15 @@ def one_line_refusal(output: str) -> str:
     return message
 
 
+def refused_stack_file(stacks: Path, out: Path, name: str, text: str) -> str:
+    """Write a stack file, render it: exit 2, nothing written, and the one-line refusal it printed."""
+    (stacks / name).write_text(text)
+    result = run_cli("render", Path(name).stem, "--stacks-dir", str(stacks), "--out", str(out))
+    assert result.returncode == EXIT_BAD_INPUT
+    assert not out.exists()
+    return one_line_refusal(result.stderr)
+
+
 @pytest.fixture
 def stacks(tmp_path: Path) -> Path:
     folder = tmp_path / "stacks"
@@ -239,12 +248,7 @@ POOL = "{name: gpu, instance_types: [g6.xlarge], max_nodes: 2}"
     ids=["yaml-top-level", "yaml-nested", "json-nested"],
 )
 def test_a_key_given_twice_is_refused_with_its_line(stacks: Path, tmp_path: Path, name, text, expected):
-    (stacks / name).write_text(text)
-    out = tmp_path / "out"
-    result = run_cli("render", Path(name).stem, "--stacks-dir", str(stacks), "--out", str(out))
-    assert result.returncode == EXIT_BAD_INPUT
-    assert expected in one_line_refusal(result.stderr)
-    assert not out.exists()
+    assert expected in refused_stack_file(stacks, tmp_path / "out", name, text)
 
 
 @pytest.mark.parametrize(
@@ -257,12 +261,7 @@ def test_a_key_given_twice_is_refused_with_its_line(stacks: Path, tmp_path: Path
     ids=["yaml-unclosed-list", "yaml-tab", "json"],
 )
 def test_a_syntax_error_is_one_line_with_file_line_and_column(stacks: Path, tmp_path: Path, name, text, expected):
-    (stacks / name).write_text(text)
-    out = tmp_path / "out"
-    result = run_cli("render", Path(name).stem, "--stacks-dir", str(stacks), "--out", str(out))
-    assert result.returncode == EXIT_BAD_INPUT
-    assert expected in one_line_refusal(result.stderr)
-    assert not out.exists()
+    assert expected in refused_stack_file(stacks, tmp_path / "out", name, text)
 
 
 @pytest.mark.parametrize(
@@ -281,14 +280,9 @@ def test_a_syntax_error_is_one_line_with_file_line_and_column(stacks: Path, tmp_
     ids=["yaml", "json"],
 )
 def test_a_kubernetes_style_wrapper_says_what_the_file_should_look_like(stacks: Path, tmp_path: Path, name, text):
-    (stacks / name).write_text(text)
-    out = tmp_path / "out"
-    result = run_cli("render", Path(name).stem, "--stacks-dir", str(stacks), "--out", str(out))
-    assert result.returncode == EXIT_BAD_INPUT
-    message = one_line_refusal(result.stderr)
+    message = refused_stack_file(stacks, tmp_path / "out", name, text)
     assert message.startswith(f"inferstack: {name}: is written as a Kubernetes object (apiVersion, kind")
     assert "StackSpec's fields at the top level" in message and "move the fields under spec: to the top" in message
-    assert not out.exists()
 
 
 def test_a_yaml_merge_key_is_not_a_duplicate(stacks: Path, capsys):
