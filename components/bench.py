@@ -418,12 +418,8 @@ def throughput_model_lines() -> list[dict[str, Any]]:
 
 def latency_ratios(row: Any) -> dict[str, float]:
     """Modelled / measured inter-token latency and time to first token, where the point publishes them."""
-    ratios = {}
-    if row.measurement.itl_ms:
-        ratios["itl_ratio"] = round(row.point.inter_token_seconds * 1000 / row.measurement.itl_ms, 3)
-    if row.measurement.ttft_ms and not math.isinf(row.point.first_token_seconds):
-        ratios["ttft_ratio"] = round(row.point.first_token_seconds * 1000 / row.measurement.ttft_ms, 3)
-    return ratios
+    ratios = {"itl_ratio": row.latency_ratio, "ttft_ratio": row.first_token_ratio}
+    return {name: round(ratio, 3) for name, ratio in ratios.items() if ratio is not None}
 
 
 def point_figure(value: float) -> float:

@@ -9,6 +9,7 @@ for open-loop ones below saturation (where throughput is just the offered rate).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from functools import cache
@@ -43,6 +44,20 @@ class Comparison:
     def factor(self) -> float:
         """How many times off, either way (1.0 = exact)."""
         return max(self.ratio, 1 / self.ratio)
+
+    @property
+    def latency_ratio(self) -> float | None:
+        """Modelled / measured inter-token latency, where the point publishes it."""
+        if not self.measurement.itl_ms or self.point.inter_token_seconds is None:
+            return None
+        return self.point.inter_token_seconds * 1000 / self.measurement.itl_ms
+
+    @property
+    def first_token_ratio(self) -> float | None:
+        """Modelled / measured time to first token, where the point publishes it and the model bounds it."""
+        if not self.measurement.ttft_ms or math.isinf(self.point.first_token_seconds):
+            return None
+        return self.point.first_token_seconds * 1000 / self.measurement.ttft_ms
 
 
 @dataclass(frozen=True)
@@ -124,10 +139,7 @@ def accuracy() -> Accuracy:
     points are compared and shown, not counted."""
     rows = [row for row in comparisons() if row.measurement.held_out is None]
     worst = max(rows, key=lambda row: row.factor)
-    latency = [
-        row.point.inter_token_seconds * 1000 / row.measurement.itl_ms
-        for row in rows if row.measurement.itl_ms and row.point.inter_token_seconds is not None
-    ]
+    latency = [row.latency_ratio for row in rows if row.latency_ratio is not None]
     return Accuracy(
         points=len(rows),
         median_error=statistics.median(row.error for row in rows),

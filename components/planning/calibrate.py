@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import statistics
 from dataclasses import dataclass, replace
 from functools import cache
 from types import MappingProxyType
@@ -127,8 +128,7 @@ def refit(start: StepConstants = STATED, points: Points | None = None) -> StepCo
 
 def _summary(constants: StepConstants) -> str:
     ratios = [math.exp(r) for r in log_ratios(constants)]
-    errors = sorted(abs(r - 1) for r in ratios)
-    median = (errors[len(errors) // 2] + errors[(len(errors) - 1) // 2]) / 2
+    median = statistics.median(abs(r - 1) for r in ratios)
     return f"median error {median:.1%}, worst {max(max(r, 1 / r) for r in ratios):.3f}x, loss {loss(constants):.5f}"
 
 
@@ -161,11 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"refit:  {_summary(fitted)}")
     if args.leave_one_source_out:
         ratios = leave_one_source_out()
-        errors = sorted(abs(r - 1) for r in ratios.values())
         within = sum(max(r, 1 / r) <= 1.5 for r in ratios.values())
         for point_id, ratio in ratios.items():
             print(f"  {point_id:40s} {ratio:.3f}")
-        print(f"leave one source out: median error {errors[len(errors) // 2]:.1%}, "
+        print(f"leave one source out: median error {statistics.median(abs(r - 1) for r in ratios.values()):.1%}, "
               f"worst {max(max(r, 1 / r) for r in ratios.values()):.2f}x, {within} of {len(ratios)} within 1.5x")
     return 0
 

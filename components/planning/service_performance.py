@@ -16,7 +16,9 @@ from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device,
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.quantization import kernel_family
 from inferstack.sizing import fit, scheduler_defaults
-from inferstack.spec.models import LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, TimeSlicing, TrafficSpec
+from inferstack.spec.models import (
+    LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec,
+)
 from inferstack.spec.pools import PoolHardware
 
 SHARED_DEVICE = Assumption(
@@ -98,15 +100,10 @@ def workload_of(traffic: TrafficSpec) -> Workload:
 def replica_usd_per_hour(model: ModelServiceSpec, hardware: PoolHardware, node_usd_per_hour: float) -> float:
     """What one replica's devices cost per hour (REPLICA_PRICE)."""
     per_gpu = node_usd_per_hour / hardware.gpus_per_node
-    sharing = hardware.spec.gpu_sharing
-    gpu = hardware.gpu
-    if isinstance(sharing, MigSharing):
-        profile = gpu.mig_profile(model.mig_profile or next(iter(sharing.layout)))
-        compute, memory = profile.compute_slices / gpu.mig_compute_slices, profile.memory_slices / gpu.mig_memory_slices
-        return per_gpu * max(compute, memory)
-    if isinstance(sharing, (TimeSlicing, MpsSharing)):
-        return per_gpu / sharing.replicas
-    return per_gpu * model.gpus_per_replica
+    if isinstance(hardware.spec.gpu_sharing, NoSharing):
+        return per_gpu * model.gpus_per_replica
+    # A shared device blocks the larger of its bandwidth (memory slices) and compute share of a GPU.
+    return per_gpu * max(_device_share(model, hardware))
 
 
 @dataclass(frozen=True)
