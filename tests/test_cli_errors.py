@@ -13,42 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from stack_files import DEV, REPO, dev_with, one_line_refusal, refused_stack_file, run_cli
 
 from inferstack.cli import EXIT_BAD_INPUT, EXIT_POLICY_VIOLATION, main
 from inferstack.engine import policy_runner
 from inferstack.policies.budget import MAX_USD_PER_HOUR, budget_at_max_scale
-
-REPO = Path(__file__).resolve().parents[1]
-DEV = (REPO / "stacks" / "dev.py").read_text()
-
-
-def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "inferstack.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
-
-
-def dev_with(old: str, new: str) -> str:
-    """stacks/dev.py with one edit, so each case is the shipped stack plus one mistake."""
-    assert old in DEV, f"stacks/dev.py no longer contains {old!r}"
-    return DEV.replace(old, new)
-
-
-def one_line_refusal(output: str) -> str:
-    assert "Traceback" not in output
-    message = output.strip()
-    assert message.count("\n") == 0, message
-    assert message.startswith("inferstack: ") and "To fix:" in message, message
-    return message
-
-
-def refused_stack_file(stacks: Path, out: Path, name: str, text: str) -> str:
-    """Write a stack file, render it: exit 2, nothing written, and the one-line refusal it printed."""
-    (stacks / name).write_text(text)
-    result = run_cli("render", Path(name).stem, "--stacks-dir", str(stacks), "--out", str(out))
-    assert result.returncode == EXIT_BAD_INPUT
-    assert not out.exists()
-    return one_line_refusal(result.stderr)
 
 
 @pytest.fixture

@@ -1,0 +1,67 @@
+"""Stack files run through the real CLI, as a user runs `inferstack`: a child process, so a traceback would show.
+
+Shared by the CLI error tests and the refusal corpus: each refusal is one line on stderr naming the file, the
+field and the fix, exit 2, and nothing written under --out.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from inferstack.cli import EXIT_BAD_INPUT
+
+REPO = Path(__file__).resolve().parents[1]
+DEV = (REPO / "stacks" / "dev.py").read_text()
+PROD = (REPO / "stacks" / "prod.py").read_text()
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "inferstack.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def edited(source: str, *replacements: tuple[str, str]) -> str:
+    """A shipped stack file with edits, so each case is that stack plus one mistake."""
+    for old, new in replacements:
+        assert source.count(old) == 1, f"the stack file no longer contains {old!r} exactly once"
+        source = source.replace(old, new)
+    return source
+
+
+def dev_with(old: str, new: str) -> str:
+    return edited(DEV, (old, new))
+
+
+def one_line_refusal(output: str) -> str:
+    assert "Traceback" not in output
+    message = output.strip()
+    assert message.count("\n") == 0, message
+    assert message.startswith("inferstack: ") and "To fix:" in message, message
+    return message
+
+
+def refused_stack_file(stacks: Path, out: Path, name: str, text: str) -> str:
+    """Write a stack file, render it: exit 2, nothing written, and the one-line refusal it printed."""
+    (stacks / name).write_text(text)
+    result = run_cli("render", Path(name).stem, "--stacks-dir", str(stacks), "--out", str(out))
+    assert result.returncode == EXIT_BAD_INPUT
+    assert not out.exists()
+    return one_line_refusal(result.stderr)
+
+
+def refused_by_render_and_plan(path: Path, out: Path) -> str:
+    """`render <file> --out` and `plan <file>` both exit 2 with the same one line, print no traceback and no plan,
+    and nothing is written under --out; returns that line."""
+    rendered = run_cli("render", str(path), "--out", str(out))
+    planned = run_cli("plan", str(path))
+    for result in (rendered, planned):
+        assert "Traceback" not in result.stdout + result.stderr
+        assert result.returncode == EXIT_BAD_INPUT, result.stdout + result.stderr
+        assert result.stdout == ""
+    assert not out.exists(), "nothing is rendered for a refused stack"
+    message = one_line_refusal(rendered.stderr)
+    assert one_line_refusal(planned.stderr) == message
+    return message
