@@ -76,14 +76,14 @@ def test_pool_names_that_would_repeat_resource_names(names, path, problem):
 
 
 def test_environment_name_too_long_for_iam_role_names():
-    document = spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 1}, environment="e" * 36)
+    document = spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 1}, environment="e" * 32)
 
     with pytest.raises(SpecError) as caught:
         check_resource_names(StackSpec.model_validate(document))
 
     assert caught.value.path == "environment"
-    assert f"IAM role '{'e' * 36}-weights-model-reader' plus Pulumi's 8-character suffix" in caught.value.problem
-    assert caught.value.fix == "shorten the environment name to at most 35 characters"
+    assert f"IAM role '{'e' * 32}-platform-autoscaler-role' plus Pulumi's 8-character suffix" in caught.value.problem
+    assert caught.value.fix == "shorten the environment name to at most 31 characters"
 
 
 def test_pool_name_too_long_for_eks_node_group_names():

@@ -22,15 +22,22 @@ from inferstack.aws.cluster import (
 from inferstack.aws.network import Network, NetworkArgs, existing_subnets_in_zones
 from inferstack.aws.node_template import TAINT_TAG
 from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, autoscaler_tags, plan_node_groups
-from inferstack.aws.weights_store import READER_ROLE, WeightsStore, WeightsStoreArgs
+from inferstack.aws.weights_store import BATCH_ROLE, READER_ROLE, WeightsStore, WeightsStoreArgs
 from inferstack.spec import CreateCluster, SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
 
 # Name segments of the stack-wide resources (`<environment>-<segment>...`); pools may not reuse them.
 PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES = "aws", "network", "eks", "node-role", "weights", "kubernetes"
 STACK_SEGMENTS = (PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES)
-AUTONAME_SUFFIX = 8  # Pulumi names a resource '<logical name>-' plus 7 random characters
+# Pulumi autonames a resource '<logical name>-' plus 7 random hex characters (pulumi.com/docs, "Resource names >
+# Autonaming"), and the AWS provider refuses the name when that exceeds the field's limit: an IAM role's `name` is
+# AutoName("name", 64, "-") (pulumi/pulumi-aws@00ba5ea53c2548fd367776345b7c52f191ce1372:provider/resources.go,
+# "aws_iam_role"; IAM CreateRole takes RoleName of 1 to 64 characters).
+AUTONAME_SUFFIX = 8
 IAM_ROLE_NAME_MAX = 64
+# The cluster-autoscaler's role: program.py names the platform '<env>-platform', platform/platform.py its autoscaler
+# '<platform>-autoscaler', platform/autoscaler.py the role '<autoscaler>-role'.
+AUTOSCALER_ROLE = "platform-autoscaler-role"
 NODE_GROUP_NAME_MAX = 63
 # AWS tag limits (AWS General Reference, "Tagging your AWS resources": 50 user tags per resource, keys of
 # up to 128 and values of up to 256 characters; Amazon EC2 Auto Scaling user guide, "Tag Auto Scaling
@@ -41,10 +48,22 @@ TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
 EKS_AUTOSCALING_GROUP_TAGS = 4
 
 
+def iam_role_names(env: str) -> tuple[str, ...]:
+    """The logical names of every IAM role a stack may create, whether or not its feature is on today (switching
+    the cluster-autoscaler or batch jobs on later must not meet a name IAM refuses)."""
+    return (
+        f"{env}-{NODE_ROLE}",
+        f"{env}-{EKS}-{CLUSTER_ROLE}",
+        f"{env}-{WEIGHTS}-{READER_ROLE}",
+        f"{env}-{WEIGHTS}-{BATCH_ROLE}",
+        f"{env}-{AUTOSCALER_ROLE}",
+    )
+
+
 def check_resource_names(spec: StackSpec) -> None:
     """Resource names are `<environment>-<pool>-<suffix>`: refuse names that repeat another's or outgrow AWS's limits."""
     env = spec.environment
-    longest_role = max((f"{env}-{NODE_ROLE}", f"{env}-{EKS}-{CLUSTER_ROLE}", f"{env}-{WEIGHTS}-{READER_ROLE}"), key=len)
+    longest_role = max(iam_role_names(env), key=len)
     excess = len(longest_role) + AUTONAME_SUFFIX - IAM_ROLE_NAME_MAX
     if excess > 0:
         raise SpecError(
