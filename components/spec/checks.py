@@ -43,6 +43,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     _check_object_names(spec)
     _check_region(spec)
     _check_s3_uris(spec)
+    _check_images(spec)
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
     _check_gpu_operator(spec)
     _check_cluster(spec)
@@ -54,8 +55,8 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
         _check_model(spec, i, model, pools)
     _check_workers(spec, models)
     _check_queues(spec, pools)
+    _check_zones_exist(spec)  # before the network layout, which would only say a made-up zone has no address slot
     _check_aws_names(spec)
-    _check_zones_exist(spec)
     from inferstack.cost import check_budget  # cost reads the spec package
 
     check_budget(spec)
@@ -156,7 +157,8 @@ def _check_region(spec: StackSpec) -> None:
 
 
 def _check_zones_exist(spec: StackSpec) -> None:
-    """Every zone the spec names is one of its region's (checked last: zones outside the region are refused before)."""
+    """Every zone the spec names in its region is one of the region's; a zone of another region is left to the
+    network check, which names the region it belongs to."""
     zones = region_zones()[spec.region]
     named: list[tuple[str, str]] = []
     if isinstance(spec.cluster, CreateCluster):
@@ -171,6 +173,26 @@ def _check_zones_exist(spec: StackSpec) -> None:
                 path,
                 f"{zone!r} is not an availability zone of {spec.region}{did_you_mean(zone, zones)}",
                 f"use one of {quoted(zones)}",
+            )
+
+
+# -------------------------------------------------------------------------------------------- images
+
+
+def _check_images(spec: StackSpec) -> None:
+    """An image the spec names moves with no tag or a channel tag ('latest', 'main', ...): refused here, with its
+    field, by the same rule the policy pack's images-pinned applies to what is rendered (policies/pinning.py)."""
+    from inferstack.policies.pinning import image_problem
+
+    named = [(f"models[{i}].image", m.image) for i, m in enumerate(spec.models) if m.image is not None]
+    named += [(f"workers[{i}].image", w.image) for i, w in enumerate(spec.workers)]
+    for path, image in named:
+        problem = image_problem(image)
+        if problem is not None:
+            raise SpecError(
+                path,
+                f"{image!r} {problem}, so a node that pulls it later may run other code than the one tested",
+                "pin a release tag (e.g. vllm/vllm-openai:v0.33.0, python:3.13.1-slim) or a digest (@sha256:...)",
             )
 
 

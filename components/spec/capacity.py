@@ -1,0 +1,90 @@
+"""Capacity at minimum scale: what the node groups run before any autoscaler acts must hold what has to run.
+
+Two rules, both knowable from the spec alone:
+- An online service's minimum replicas run on nodes that are never reclaimed: the pool's on-demand (or
+  reserved) node groups at their minimum size. A spot reclaim takes every spot node of a type at once, so
+  minimum replicas on spot can all vanish together (the `serving-on-demand-baseline` policy checks the same
+  on the rendered node groups).
+- With no node autoscaler a managed node group stays at its desired size, which inferstack sets to its
+  minimum: a pool at zero nodes never gets one, and whatever it is meant to run stays pending.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from inferstack.spec.errors import SpecError
+from inferstack.spec.models import ModelServiceSpec, StackSpec
+from inferstack.spec.pools import PoolHardware
+
+
+def on_demand_nodes_at_min(hardware: PoolHardware) -> int:
+    """Nodes of the pool's on-demand and reserved node groups at their minimum size (aws.node_pool's groups)."""
+    from inferstack.aws.node_pool import plan_node_groups
+
+    return sum(g.min_size for g in plan_node_groups(hardware.spec) if g.capacity_type != "SPOT")
+
+
+def nodes_for_replicas(services: list[tuple[ModelServiceSpec, int]], hardware: PoolHardware) -> int:
+    """Nodes that hold `replicas` of each service at once: each node offers every resource of the pool,
+    so the scarcest resource decides. A replica is pipeline_parallel pods of one device request each."""
+    from inferstack.serving.pods import gpu_requests
+
+    needed: dict[str, int] = defaultdict(int)
+    for model, replicas in services:
+        for resource, count in gpu_requests(model, hardware).items():
+            needed[resource] += replicas * model.pipeline_parallel * count
+    per_node = hardware.resources_per_node
+    return max((math.ceil(amount / per_node[resource]) for resource, amount in needed.items()), default=0)
+
+
+def check_minimum_capacity(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
+    if spec.platform.node_autoscaler == "none":
+        _check_pools_start_nodes(spec, pools)
+    _check_online_baseline(spec, models, pools)
+
+
+def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) -> None:
+    """Without a node autoscaler nothing ever adds a node to a pool, so each must start with its nodes."""
+    for index, pool in enumerate(spec.node_pools):
+        if max(pool.min_nodes, pool.capacity.on_demand_base) == 0:
+            raise SpecError(
+                f"node_pools[{index}].min_nodes",
+                f"0 with platform.node_autoscaler 'none': nothing adds nodes to pool {pool.name!r}, so every pod "
+                "meant for it would stay pending",
+                "set min_nodes (or capacity.on_demand_base) to the nodes the pool must run, or set "
+                "platform.node_autoscaler to 'cluster-autoscaler'",
+            )
+
+
+def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
+    """Each pool's on-demand nodes at minimum hold the minimum replicas of every online service on it."""
+    online: dict[str, list[tuple[ModelServiceSpec, int]]] = defaultdict(list)
+    for model in models:
+        if model.tier == "online" and model.autoscaling.min_replicas > 0:
+            online[model.pool].append((model, model.autoscaling.min_replicas))
+    for index, pool in enumerate(spec.node_pools):
+        services = online.get(pool.name)
+        if not services:
+            continue
+        hardware = pools[pool.name]
+        needed, held = nodes_for_replicas(services, hardware), on_demand_nodes_at_min(hardware)
+        if needed <= held:
+            continue
+        listed = ", ".join(f"{m.name} ({n} replica{'s' if n > 1 else ''})" for m, n in services)
+        # With spot above the baseline only on_demand_base buys on-demand nodes; without spot min_nodes does.
+        field = "capacity.on_demand_base" if pool.capacity.spot else "min_nodes"
+        rest = (
+            "the rest would run on spot, which is reclaimed all at once"
+            if pool.capacity.spot
+            else "the rest would wait for the autoscaler to add nodes and for the model to load"
+        )
+        raise SpecError(
+            f"node_pools[{index}].{field}",
+            f"pool {pool.name!r} keeps {held} on-demand node{'s' if held != 1 else ''} at minimum scale, but the "
+            f"minimum replicas of its online services {listed} need {needed} node{'s' if needed != 1 else ''} of {hardware.primary.name}: "
+            f"{rest}",
+            f"raise {field} to {needed}, lower those services' autoscaling.min_replicas, or set their tier to "
+            "'standard'",
+        )
