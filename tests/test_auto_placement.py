@@ -17,8 +17,8 @@ BASE = {
     "node_pools": [
         {"name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 1, "capacity": {"on_demand_base": 1},
          "gpu_sharing": {"mode": "mig", "layout": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}},
-        {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 2},
-        {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2},
+        {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 2, "capacity": {"on_demand_base": 2}},
+        {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2, "capacity": {"on_demand_base": 1}},
     ],
     "models": [
         {"name": "embed", "model": "BAAI/bge-large-en-v1.5", "pool": "auto", "mig_profile": "auto", "max_model_len": 512},

@@ -132,8 +132,8 @@ def base() -> dict:
     return {
         "environment": "test",
         "node_pools": [
-            {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2, "efa": True,
-             "capacity": {"on_demand_base": 2}},
+            {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 3, "efa": True,
+             "capacity": {"on_demand_base": 3}},
         ],
         "models": [
             {"name": "long", "model": "meta-llama/Llama-3.1-70B-Instruct", "pool": "h100", "tensor_parallel": 8,

@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from stack_edits import without_node_autoscaler
 
 from inferstack import cli
 from inferstack.catalog.replacement import RULES, rule_for
@@ -173,14 +174,11 @@ def test_choosing_another_primary_type_is_reported_as_the_node_group_provider_tr
 def test_bumping_the_kubernetes_version_updates_the_cluster_in_place():
     """aws_eks_cluster.version is not ForceNew (cluster.go): an upgrade in place. The only other minor the
     add-on catalog pins today (1.31) has no cluster-autoscaler image, so both sides run without it."""
-    def without_autoscaler(data):
-        data.setdefault("platform", {})["node_autoscaler"] = "none"
-
     def older(data):
-        without_autoscaler(data)
+        without_node_autoscaler(data)
         data["cluster"]["kubernetes_version"] = "1.31"
 
-    result = _diff("dev", older, without_autoscaler)
+    result = _diff("dev", older, without_node_autoscaler)
     _assert_matches_catalog(result)
     cluster = [c for c in result["updated"] if c["type"] == "aws:eks/cluster:Cluster"]
     assert cluster and "version" in cluster[0]["changed"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from aws_recording import build, run
+from stack_edits import without_node_autoscaler
 from pulumi_policy import StackValidationPolicy
 
 from inferstack import conventions
@@ -20,7 +21,7 @@ from inferstack.aws.node_pool import (
 )
 from inferstack.engine.policy_runner import run_policies
 from inferstack.policies.pools import LAUNCH_TEMPLATE, node_groups
-from inferstack.spec import NodePoolSpec
+from inferstack.spec import NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 
 RESERVATION = "cr-0123456789abcdef0"
@@ -258,11 +259,12 @@ def prod_with(**changes):
 
 def on_version(version: str):
     """prod on another Kubernetes minor; 1.31 has no cluster-autoscaler image in the catalog, so no autoscaler."""
-    base = prod_with()
-    return prod_with(
-        cluster={**base.cluster.model_dump(mode="json", exclude_unset=True), "kubernetes_version": version},
-        platform={**base.platform.model_dump(mode="json", exclude_unset=True), "node_autoscaler": "none"},
-    )
+    from aws_recording import prod_spec
+
+    data = prod_spec()
+    without_node_autoscaler(data)
+    data["cluster"]["kubernetes_version"] = version
+    return StackSpec.model_validate(data)
 
 
 def pools_with(edit):

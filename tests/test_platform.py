@@ -9,6 +9,7 @@ import pytest
 import yaml
 from kube_validation import assert_valid
 from platform_recording import NODE_GROUP, build, objects_of, releases, render, render_stack, stack
+from stack_edits import without_node_autoscaler
 
 from inferstack.catalog.charts import chart
 from inferstack.engine.render import HELM_RELEASE, kubernetes_objects
@@ -219,5 +220,9 @@ def test_a_kubernetes_version_without_an_autoscaler_image_is_rejected_at_spec_ti
         build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"}))
     assert caught.value.path == "cluster.kubernetes_version"
     assert "no cluster-autoscaler image for Kubernetes 1.31" in str(caught.value)
-    spec = build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"}, platform={"node_autoscaler": "none"}))
+    def without_autoscaler(data):
+        data["cluster"] = {"mode": "create", "kubernetes_version": "1.31"}
+        without_node_autoscaler(data)
+
+    spec = build(without_autoscaler)
     assert spec.cluster.kubernetes_version == "1.31"  # no autoscaler, no image needed

@@ -159,7 +159,8 @@ def _write_stack(folder: Path, name: str, body: str) -> None:
     (folder / f"{name}.yaml").write_text(textwrap.dedent(body), encoding="utf-8")
 
 
-def test_online_service_on_a_spot_only_pool_fails_the_baseline_rule_by_spec(tmp_path, capsys):
+def test_online_service_on_a_spot_only_pool_is_refused_at_spec_time(tmp_path, capsys):
+    """The spec knows the baseline before anything renders (spec/capacity.py): `check` stops at exit 2."""
     _write_stack(
         tmp_path / "stacks",
         "spotty",
@@ -172,11 +173,20 @@ def test_online_service_on_a_spot_only_pool_fails_the_baseline_rule_by_spec(tmp_
              autoscaling: {min_replicas: 1, max_replicas: 2}}
         """,
     )
-    assert main(["check", "spotty", "--stacks-dir", str(tmp_path / "stacks"), "--format", "json"]) == 1
-    report = {p["name"]: p for p in json.loads(capsys.readouterr().out)["policies"]}
-    assert (
-        "Deployment inference/qwen is tier online but every node group it can run on is spot: spotty-l4-spot "
-        "(pool l4, SPOT, 0-2 nodes). To fix: give its pool an on-demand baseline" in messages(report, "serving-on-demand-baseline")
+    assert main(["check", "spotty", "--stacks-dir", str(tmp_path / "stacks"), "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert "node_pools[0].capacity.on_demand_base: pool 'l4' keeps 0 on-demand nodes at minimum scale" in captured.err
+
+
+def test_baseline_rule_rejects_an_online_service_whose_node_groups_are_all_spot(tmp_path, capsys):
+    resources = rendered()
+    group = find(resources, "NodeGroup", "prod-h100-on-demand")
+    group["inputs"]["capacityType"] = "SPOT"
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "serving-on-demand-baseline" in failing(report)
+    assert "tier online but every node group it can run on is spot: prod-h100-on-demand (pool h100, SPOT" in messages(
+        report, "serving-on-demand-baseline"
     )
 
 

@@ -29,11 +29,14 @@ def sized(model: dict, pool: dict):
     return fit(ModelServiceSpec(**model), PoolHardware(NodePoolSpec(**pool)))
 
 
-L40S = {"name": "l40s", "instance_types": ["g6e.xlarge"], "max_nodes": 1}
-L4_SHARED = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1, "gpu_sharing": {"mode": "time_slicing", "replicas": 2}}
-H100 = {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2}
+# Each pool keeps one on-demand node, where an online service's minimum replica runs (spec/capacity.py).
+BASELINE = {"capacity": {"on_demand_base": 1}}
+L40S = {"name": "l40s", "instance_types": ["g6e.xlarge"], "max_nodes": 1, **BASELINE}
+L4_SHARED = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1, **BASELINE,
+             "gpu_sharing": {"mode": "time_slicing", "replicas": 2}}
+H100 = {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2, **BASELINE}
 A100_MIG = {
-    "name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 1,
+    "name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 1, **BASELINE,
     "gpu_sharing": {"mode": "mig", "layout": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
 }
 

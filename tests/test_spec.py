@@ -18,7 +18,7 @@ def base() -> dict:
         "node_pools": [
             {"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2, "efa": True,
              "capacity": {"on_demand_base": 1}},
-            {"name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 1,
+            {"name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 1, "capacity": {"on_demand_base": 1},
              "gpu_sharing": {"mode": "mig", "layout": {"3g.40gb": 2}}},
             {"name": "l4", "instance_types": ["g6.xlarge", "g6.2xlarge"], "max_nodes": 2,
              "gpu_sharing": {"mode": "time_slicing", "replicas": 2}},

@@ -212,7 +212,10 @@ class CapacitySpec(Model):
     """How the pool's nodes are bought: an on-demand baseline, spot above it, or reserved capacity."""
 
     on_demand_base: int = Field(
-        0, ge=0, description="Nodes that always run on-demand (the serving baseline). Defaults to 0."
+        0,
+        ge=0,
+        description="Nodes that always run on-demand (the serving baseline); the minimum replicas of the pool's "
+        "online services must fit on them. Defaults to 0.",
     )
     spot: bool = Field(
         True,
@@ -275,7 +278,9 @@ class NodePoolSpec(Model):
         description="EC2 instance types, all with the same GPU model and count; several give spot more pools "
         "to draw from. Required.",
     )
-    min_nodes: int = Field(0, ge=0, description="Minimum nodes. Defaults to 0.")
+    min_nodes: int = Field(
+        0, ge=0, description="Minimum nodes; at least 1 when platform.node_autoscaler is 'none'. Defaults to 0."
+    )
     max_nodes: int = Field(ge=1, description="Maximum nodes. Required.")
     capacity: CapacitySpec = Field(default_factory=CapacitySpec, description="Purchase options. Defaults to all spot.")
     efa: EfaSpec = Field(default_factory=EfaSpec, description="EFA networking (true/false or an object). Defaults to off.")

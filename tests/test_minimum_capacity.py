@@ -1,0 +1,158 @@
+"""Capacity at minimum scale, refused at spec time (components/spec/capacity.py).
+
+Upstream rules the checks encode:
+- EKS User Guide, managed-node-groups "Managed node group capacity types": a SPOT group's nodes are
+  interrupted with a two-minute notice when EC2 needs the capacity back, all instances of a capacity pool at
+  once; ON_DEMAND nodes are not. So an online service's minimum replicas go on on-demand/reserved groups.
+- EKS API `NodegroupScalingConfig` (aws/aws-sdk: eks UpdateNodegroupConfig): EKS itself never changes
+  `desiredSize`; only a node autoscaler does (kubernetes/autoscaler cluster-autoscaler/FAQ.md "How does
+  scale-up work?"). inferstack sets desiredSize to minSize, so without an autoscaler a pool at zero stays empty.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from stack_files import DEV, edited, refused_by_render_and_plan
+
+from inferstack.aws.node_pool import plan_node_groups
+from inferstack.spec import StackSpec
+from inferstack.spec.capacity import nodes_for_replicas, on_demand_nodes_at_min
+from inferstack.spec.errors import SpecError
+from inferstack.spec.pools import PoolHardware
+
+QWEN = {"name": "qwen", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "l4",
+        "max_model_len": 8192}
+
+
+def stack(pool: dict, *models: dict, **top) -> dict:
+    return {"environment": "test", "node_pools": [{"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 4,
+                                                   **pool}],
+            "models": [copy.deepcopy(m) for m in models], **top}
+
+
+def refusal(spec: dict) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        StackSpec.model_validate(spec)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("pool", "models", "path", "problem", "fix"),
+    [
+        pytest.param(
+            {"capacity": {"on_demand_base": 0}}, [QWEN], "node_pools[0].capacity.on_demand_base",
+            "pool 'l4' keeps 0 on-demand nodes at minimum scale, but the minimum replicas of its online services "
+            "qwen (1 replica) need 1 node of g6.xlarge: the rest would run on spot",
+            "raise capacity.on_demand_base to 1", id="spot-only pool",
+        ),
+        pytest.param(
+            {"capacity": {"on_demand_base": 1}},
+            [QWEN, {**QWEN, "name": "qwen-b", "autoscaling": {"min_replicas": 2, "max_replicas": 2}}],
+            "node_pools[0].capacity.on_demand_base",
+            "qwen (1 replica), qwen-b (2 replicas) need 3 nodes of g6.xlarge", "raise capacity.on_demand_base to 3",
+            id="services sharing a pool add up",
+        ),
+        pytest.param(
+            {"min_nodes": 0, "capacity": {"on_demand_base": 0, "spot": False}}, [QWEN], "node_pools[0].min_nodes",
+            "keeps 0 on-demand nodes at minimum scale", "raise min_nodes to 1", id="on-demand pool at zero",
+        ),
+        pytest.param(
+            {"capacity": {"on_demand_base": 1}, "gpu_sharing": {"mode": "time_slicing", "replicas": 2}},
+            [{**QWEN, "autoscaling": {"min_replicas": 3, "max_replicas": 4}}], "node_pools[0].capacity.on_demand_base",
+            "qwen (3 replicas) need 2 nodes of g6.xlarge", "raise capacity.on_demand_base to 2", id="shared GPUs",
+        ),
+    ],
+)
+def test_online_minimum_replicas_beyond_the_on_demand_baseline_are_refused(pool, models, path, problem, fix):
+    error = refusal(stack(pool, *models))
+    assert error.path == path
+    assert problem in error.problem
+    assert fix in error.fix and "tier to 'standard'" in error.fix
+
+
+@pytest.mark.parametrize(
+    ("pool", "model"),
+    [
+        pytest.param({"capacity": {"on_demand_base": 0}}, {**QWEN, "tier": "standard"}, id="standard tier on spot"),
+        pytest.param({"capacity": {"on_demand_base": 2}},
+                     {**QWEN, "autoscaling": {"min_replicas": 2, "max_replicas": 4}}, id="baseline holds the minimum"),
+        pytest.param({"min_nodes": 1, "capacity": {"on_demand_base": 0, "spot": False}}, QWEN,
+                     id="an on-demand pool's min_nodes"),
+    ],
+)
+def test_a_baseline_that_holds_the_minimum_is_accepted(pool, model):
+    StackSpec.model_validate(stack(pool, model))
+
+
+def test_the_baseline_is_the_node_groups_the_aws_layer_creates():
+    """One source: the on-demand and reserved groups plan_node_groups makes, at their min_size."""
+    spec = StackSpec.model_validate(stack({"min_nodes": 3, "capacity": {"on_demand_base": 2}}, QWEN))
+    hardware = PoolHardware(spec.node_pools[0])
+    groups = {g.capacity_type: g.min_size for g in plan_node_groups(hardware.spec)}
+    assert groups == {"ON_DEMAND": 2, "SPOT": 1}
+    assert on_demand_nodes_at_min(hardware) == 2
+
+
+def test_nodes_for_replicas_counts_the_scarcest_resource_of_a_mig_pool():
+    """Every node offers each MIG profile of the layout; the profile that runs out first decides."""
+    spec = StackSpec.model_validate({
+        "environment": "test",
+        "node_pools": [{"name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 2,
+                        "capacity": {"on_demand_base": 2},
+                        "gpu_sharing": {"mode": "mig", "layout": {"3g.40gb": 1, "1g.10gb": 2}}}],
+        "models": [
+            {"name": "embed", "model": "BAAI/bge-large-en-v1.5", "pool": "mig", "mig_profile": "1g.10gb",
+             "max_model_len": 512, "autoscaling": {"min_replicas": 16, "max_replicas": 16}},
+            {"name": "small", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "mig",
+             "mig_profile": "3g.40gb", "max_model_len": 8192, "autoscaling": {"min_replicas": 9, "max_replicas": 9}},
+        ],
+    })
+    hardware = PoolHardware(spec.node_pools[0])
+    models = spec.resolved().models
+    assert hardware.resources_per_node == {"nvidia.com/mig-3g.40gb": 8, "nvidia.com/mig-1g.10gb": 16}
+    assert nodes_for_replicas([(models[0], 16)], hardware) == 1
+    assert nodes_for_replicas([(models[0], 16), (models[1], 9)], hardware) == 2
+
+
+@pytest.mark.parametrize(
+    ("pool", "path"),
+    [
+        pytest.param({"min_nodes": 0, "capacity": {"on_demand_base": 0}}, "node_pools[0].min_nodes", id="spot at zero"),
+        pytest.param({"min_nodes": 0, "capacity": {"on_demand_base": 0, "spot": False}}, "node_pools[0].min_nodes",
+                     id="on-demand at zero"),
+    ],
+)
+def test_pools_at_zero_without_a_node_autoscaler_are_refused(pool, path):
+    error = refusal(stack(pool, {**QWEN, "tier": "batch"}, platform={"node_autoscaler": "none"}))
+    assert error.path == path
+    assert "0 with platform.node_autoscaler 'none': nothing adds nodes to pool 'l4'" in error.problem
+    assert "platform.node_autoscaler to 'cluster-autoscaler'" in error.fix
+
+
+def test_a_pool_that_starts_with_its_nodes_needs_no_node_autoscaler():
+    spec = StackSpec.model_validate(stack({"capacity": {"on_demand_base": 1}}, QWEN, platform={"node_autoscaler": "none"}))
+    assert spec.platform.node_autoscaler == "none"
+
+
+# --------------------------------------------------------------------------------- through the CLI
+
+
+ONLINE_DEV = (('tier="standard"', 'tier="online"'),
+              ("min_replicas=0, max_replicas=2, scale_to_zero=True", "min_replicas=1, max_replicas=2"))
+
+
+@pytest.mark.parametrize(
+    ("edits", "path"),
+    [
+        pytest.param(ONLINE_DEV, "node_pools[0].capacity.on_demand_base", id="dev's spot pool serving online"),
+        pytest.param((("budget=", 'platform={"node_autoscaler": "none"},\n    budget='),), "node_pools[0].min_nodes",
+                     id="dev without a node autoscaler"),
+    ],
+)
+def test_the_cli_refuses_before_anything_renders(tmp_path, edits, path):
+    stack_file = tmp_path / "dev.py"
+    stack_file.write_text(edited(DEV, *edits))
+    message = refused_by_render_and_plan(stack_file, tmp_path / "out")
+    assert f"{path}:" in message and "To fix:" in message
