@@ -14,6 +14,7 @@ from inferstack.aws.node_template import GPU_TAINT
 from inferstack.catalog.charts import cluster_autoscaler_image_tags, eks_addon_versions
 from inferstack.catalog.models import MODELS, known_model_ids, model_facts
 from inferstack.catalog.offerings import ec2_instance_types, region_zones, zones_offering
+from inferstack.spec.capacity import check_minimum_capacity
 from inferstack.spec.cluster_access import check_cluster_access
 from inferstack.spec.cron import schedule_problem, time_zone_problem
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
@@ -55,6 +56,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
         _check_model(spec, i, model, pools)
     _check_workers(spec, models)
     _check_queues(spec, pools)
+    check_minimum_capacity(spec, models, pools)
     _check_zones_exist(spec)  # before the network layout, which would only say a made-up zone has no address slot
     _check_aws_names(spec)
     from inferstack.cost import check_budget  # cost reads the spec package
