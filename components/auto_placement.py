@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferstack.catalog import on_demand_price
 from inferstack.sizing import fit, parallelism_problem, weights_bytes
 from inferstack.spec.errors import SpecError, quoted
 from inferstack.spec.models import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
@@ -64,14 +65,15 @@ def _shapes(model: ModelServiceSpec, hardware: PoolHardware) -> list[dict]:
     return [{"tensor_parallel": tp, "mig_profile": None} for tp in sizes]
 
 
-def candidates(model: ModelServiceSpec, pools: dict[str, PoolHardware]) -> list[Candidate]:
-    """Every placement of `model` on the stack's pools that fits, cheapest first."""
+def candidates(model: ModelServiceSpec, pools: dict[str, PoolHardware], region: str) -> list[Candidate]:
+    """Every placement of `model` on the stack's pools that fits, cheapest first at on-demand prices in `region`
+    (a pool unpriced there is no candidate)."""
     names = list(pools) if model.pool == AUTO else [model.pool]
     concurrency = model.max_num_seqs or 1
     found = []
     for name in names:
         hardware = pools[name]
-        price = hardware.primary.on_demand_usd_per_hour
+        price = on_demand_price(hardware.primary.name, region)
         if price is None:
             continue
         for shape in _shapes(model, hardware):
@@ -108,19 +110,28 @@ def resolve_models(spec: StackSpec, pools: dict[str, PoolHardware]) -> tuple[Mod
     auto = sorted((i for i, m in enumerate(spec.models) if is_auto(m)), key=lambda i: -weights_bytes(spec.models[i]))
     for index in auto:
         model = spec.models[index]
-        options = candidates(model, pools)
+        options = candidates(model, pools, spec.region)
         replicas = model.autoscaling.max_replicas
         roomy = [c for c in options if free[c.model.pool].get(c.resource, 0) >= c.count * replicas]
         if not roomy:
-            raise _unplaceable(index, model, options, pools)
+            raise _unplaceable(index, model, options, pools, spec.region)
         choice = roomy[0]
         free[choice.model.pool][choice.resource] -= choice.count * replicas
         resolved[index] = choice.model
     return tuple(resolved[i] for i in range(len(spec.models)))
 
 
-def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools) -> SpecError:
+def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools, region: str) -> SpecError:
     need = f"{model.max_model_len} tokens x {model.max_num_seqs or 1} sequences"
+    names = list(pools) if model.pool == AUTO else [model.pool]
+    unpriced = [name for name in names if on_demand_price(pools[name].primary.name, region) is None]
+    if not options and unpriced == names:
+        return SpecError(
+            f"models[{index}].pool",
+            f"auto placement chooses by price, and no pool in {quoted(names)} has an on-demand price in {region} "
+            "in the catalog",
+            "add a pool of an instance type the catalog prices in this region (components/catalog/prices.json)",
+        )
     if options:
         where = quoted(sorted({c.model.pool for c in options}))
         return SpecError(
@@ -130,9 +141,13 @@ def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], 
             "raise those pools' max_nodes, lower max_replicas, or name a pool",
         )
     field = "pool" if model.pool == AUTO else ("mig_profile" if model.mig_profile == AUTO else "tensor_parallel")
+    left_out = (
+        f" (pools {quoted(unpriced)} have no on-demand price in {region} in the catalog, so it left them out)"
+        if unpriced else ""
+    )
     return SpecError(
         f"models[{index}].{field}",
         f"auto placement found no device in pools {quoted(pools)} that holds {model.name!r} with its KV cache "
-        f"for {need}",
+        f"for {need}{left_out}",
         "add a pool with larger GPUs, quantize the model, or lower max_model_len / max_num_seqs",
     )

@@ -364,7 +364,7 @@ def placement_scale_line() -> dict[str, Any]:
     demands = [
         Demand.from_spec(m.model_copy(update={"pool": "auto"})) for m in spec.models if m.pipeline_parallel == 1
     ]
-    options = catalog_options()
+    options = catalog_options(spec.region)
     started = time.process_time()
     placement = plan_placement(demands, options)
     seconds = time.process_time() - started

@@ -1,21 +1,18 @@
-"""Hourly cost of node pools from the catalog's on-demand prices and a stated spot discount.
+"""Hourly cost of node pools from the catalog's on-demand prices in the stack's region and a stated spot discount.
 
 A pool that lists several instance types may run any of them, so its cost is a range: min scale at its
-cheapest type, max scale at its most expensive. A type without a catalog price leaves the pool unpriced
-(None), never $0: `check_budget` refuses a stated budget it cannot check. Prices are the catalog's
-(us-east-1 on-demand; see PRICE_REGION), whatever the stack's region.
+cheapest type, max scale at its most expensive. A type the catalog has no price for in the stack's region
+leaves the pool unpriced (None), never $0: `check_budget` refuses a stated budget it cannot check.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferstack.catalog import on_demand_price
 from inferstack.spec import StackSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
-
-# The region the catalog's prices are quoted for (components/catalog/instances.json price_source).
-PRICE_REGION = "us-east-1"
 
 
 @dataclass(frozen=True)
@@ -25,7 +22,7 @@ class PoolCost:
     spot_discount: float
     min_usd_per_hour: float | None         # baseline nodes at the cheapest type
     max_usd_per_hour: float | None         # max_nodes at the most expensive type
-    unpriced_types: tuple[str, ...] = ()   # instance types with no price in the catalog
+    unpriced_types: tuple[str, ...] = ()   # instance types with no catalog price in the stack's region
 
 
 def nodes_at(pool, nodes: int) -> tuple[int, int]:
@@ -38,8 +35,9 @@ def nodes_at(pool, nodes: int) -> tuple[int, int]:
 def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
     pool = hardware.spec
     discount = spec.budget.spot_discount
-    unpriced = tuple(t.name for t in hardware.instance_types if t.on_demand_usd_per_hour is None)
-    prices = [t.on_demand_usd_per_hour for t in hardware.instance_types if t.on_demand_usd_per_hour is not None]
+    by_type = {t.name: on_demand_price(t.name, spec.region) for t in hardware.instance_types}
+    unpriced = tuple(name for name, price in by_type.items() if price is None)
+    prices = [price for price in by_type.values() if price is not None]
 
     def at(nodes: int, price: float | None) -> float | None:
         if unpriced or price is None:
@@ -68,10 +66,10 @@ def check_budget(spec: StackSpec) -> None:
             name = cost.unpriced_types[0]
             raise SpecError(
                 f"node_pools[{index}].instance_types[{list(pool.instance_types).index(name)}]",
-                f"{name!r} has no on-demand price in the catalog ({PRICE_REGION}), so the budget of "
+                f"{name!r} has no on-demand price in {spec.region} in the catalog, so the budget of "
                 f"${budget:,.2f}/h cannot be checked",
-                "use an instance type the catalog prices (components/catalog/instances.json), or remove "
-                "budget.max_usd_per_hour",
+                f"use an instance type the catalog prices in {spec.region} (components/catalog/prices.json), "
+                "or remove budget.max_usd_per_hour",
             )
     total = round(sum(c.max_usd_per_hour for c in costs), 2)
     if total <= budget:
@@ -82,7 +80,7 @@ def check_budget(spec: StackSpec) -> None:
     )
     raise SpecError(
         "budget.max_usd_per_hour",
-        f"at max scale the node pools cost ${total:,.2f}/h ({pools}; {PRICE_REGION} on-demand prices, spot "
+        f"at max scale the node pools cost ${total:,.2f}/h ({pools}; {spec.region} on-demand prices, spot "
         f"{spec.budget.spot_discount:.0%} off, each pool at its most expensive instance type), over the budget of "
         f"${budget:,.2f}/h",
         f"lower max_nodes of the largest pools, move their burst capacity to spot, or raise "

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Mapping, Sequence
 
-from inferstack.catalog import INSTANCE_TYPES, Gpu, MigProfile, gpu as catalog_gpu, instance_type
+from inferstack.catalog import INSTANCE_TYPES, Gpu, MigProfile, gpu as catalog_gpu, instance_type, on_demand_price
 from inferstack.sizing import Fit, fit, kv_bytes_per_token, parallelism_problem, weights_bytes
 from inferstack.spec.models import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
@@ -139,19 +139,22 @@ class PoolOption:
 
     @classmethod
     def from_instance_type(
-        cls, name: str, type_name: str, *, mig: bool = False, usd_per_hour: float | None = None,
+        cls, name: str, type_name: str, *, region: str, mig: bool = False, usd_per_hour: float | None = None,
         max_nodes: int | None = None,
     ) -> PoolOption:
+        """An option at the type's on-demand price in `region` unless `usd_per_hour` states one."""
         it = instance_type(type_name)
-        price = it.on_demand_usd_per_hour if usd_per_hour is None else usd_per_hour
+        price = on_demand_price(type_name, region) if usd_per_hour is None else usd_per_hour
         if price is None:
-            raise PlacementError(f"pool {name!r}: {type_name} has no price in the catalog. To fix: pass usd_per_hour.")
+            raise PlacementError(
+                f"pool {name!r}: {type_name} has no price in {region} in the catalog. To fix: pass usd_per_hour."
+            )
         if mig and not it.gpu.mig_capable:
             raise PlacementError(f"pool {name!r}: {it.gpu.name} on {type_name} does not support MIG.")
         return cls(name, type_name, it.gpu, it.gpu_count, price, mig, max_nodes)
 
     @classmethod
-    def from_hardware(cls, hardware: PoolHardware, *, usd_per_hour: float | None = None) -> PoolOption:
+    def from_hardware(cls, hardware: PoolHardware, *, region: str, usd_per_hour: float | None = None) -> PoolOption:
         """A stack pool as an option; its current MIG layout is not a constraint: the planner proposes layouts."""
         sharing = hardware.spec.gpu_sharing
         if not isinstance(sharing, (NoSharing, MigSharing)):
@@ -160,7 +163,7 @@ class PoolOption:
                 "it is not an auto-placement target. To fix: use whole GPUs or MIG."
             )
         return cls.from_instance_type(
-            hardware.spec.name, hardware.primary.name, mig=isinstance(sharing, MigSharing),
+            hardware.spec.name, hardware.primary.name, region=region, mig=isinstance(sharing, MigSharing),
             usd_per_hour=usd_per_hour, max_nodes=hardware.spec.max_nodes,
         )
 
@@ -169,16 +172,16 @@ class PoolOption:
         return round(self.usd_per_hour * PRICE_SCALE)
 
 
-def catalog_options() -> list[PoolOption]:
-    """Every priced instance type of the catalog with whole GPUs, and MIG-partitioned where the GPU allows."""
+def catalog_options(region: str) -> list[PoolOption]:
+    """Every instance type the catalog prices in `region`, with whole GPUs, and MIG-partitioned where the GPU allows."""
     options = []
     for name, it in INSTANCE_TYPES.items():
-        if it.on_demand_usd_per_hour is None:
+        if on_demand_price(name, region) is None:
             continue
         slug = name.replace(".", "-")
-        options.append(PoolOption.from_instance_type(slug, name))
+        options.append(PoolOption.from_instance_type(slug, name, region=region))
         if it.gpu.mig_capable:
-            options.append(PoolOption.from_instance_type(f"{slug}-mig", name, mig=True))
+            options.append(PoolOption.from_instance_type(f"{slug}-mig", name, region=region, mig=True))
     return options
 
 
@@ -965,12 +968,13 @@ class Mix:
 
     models: tuple[Mapping[str, object], ...]         # ModelServiceSpec fields (pool defaults to 'auto')
     pools: tuple[tuple[str, str, bool], ...]          # (pool name, instance type, MIG-partitioned)
+    region: str                                       # whose on-demand prices the pools cost
 
     def demands(self) -> list[Demand]:
         return [Demand.from_spec(ModelServiceSpec(**{"pool": "auto", **m})) for m in self.models]
 
     def options(self) -> list[PoolOption]:
-        return [PoolOption.from_instance_type(name, it, mig=mig) for name, it, mig in self.pools]
+        return [PoolOption.from_instance_type(name, it, region=self.region, mig=mig) for name, it, mig in self.pools]
 
 
 # Six services a team might run, on the node types it has: 4 x L40S nodes, and H100s either as 8-GPU
@@ -993,4 +997,5 @@ FIXED_MIX = Mix(
         ("h100-mig", "p5.48xlarge", True),
         ("h100-single-mig", "p5.4xlarge", True),
     ),
+    region="us-east-1",
 )

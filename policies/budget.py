@@ -1,49 +1,73 @@
 """The stack's hourly cost at max scale stays within its budget.
 
 A policy cannot read the stack spec, so the budget arrives as policy config: the offline runner
-passes the spec's `budget`, `pulumi preview` users pass `--policy-pack-config`. The cost is each
-node group's max size times the catalog's on-demand price of its first instance type, with the
-spot discount on SPOT groups: the same arithmetic as the plan's totals.
+passes the spec's `budget`, `pulumi preview` users pass `--policy-pack-config`. The region is the
+one the program gives its AWS provider (the recorded `pulumi:providers:aws` resource's `region`).
+The cost is each GPU node group's max size times the catalog's on-demand price in that region of
+its pool's most expensive instance type (over every group carrying the pool's label), with the spot
+discount on SPOT groups: the same prices and arithmetic as the plan's totals, which leave the system
+node group (no pool label) out as well. A group the catalog cannot price there makes the budget
+uncheckable: refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pulumi_policy import (
     EnforcementLevel,
     PolicyConfigSchema,
+    PolicyResource,
     ReportViolation,
     StackValidationArgs,
     StackValidationPolicy,
 )
 
+from inferstack.catalog import on_demand_price
 from inferstack.policies.pools import NodeGroupView, node_groups
-from inferstack.policies.props import number
+from inferstack.policies.props import number, text
 from inferstack.spec.models import BudgetSpec
 
 MAX_USD_PER_HOUR = "maxUsdPerHour"
 SPOT_DISCOUNT = "spotDiscount"
 DEFAULT_SPOT_DISCOUNT: float = BudgetSpec.model_fields["spot_discount"].default
+AWS_PROVIDER = "pulumi:providers:aws"
 
 
 @dataclass(frozen=True)
 class GroupCost:
     group: NodeGroupView
-    usd_per_hour: float | None  # None: no catalog price for its instance type
+    usd_per_hour: float | None  # None: some instance type of the group has no catalog price in the region
+    unpriced: str | None = None  # the first such type
+    priced_at: str | None = None  # the pool's dearest instance type, which the cost is quoted at
 
 
-def max_scale_costs(groups: Sequence[NodeGroupView], spot_discount: float) -> list[GroupCost]:
+def stack_region(resources: Iterable[PolicyResource]) -> str | None:
+    """The region of the stack's AWS providers; None when none states one or they disagree."""
+    regions = {text(r.props.get("region")) for r in resources if r.resource_type == AWS_PROVIDER} - {""}
+    return regions.pop() if len(regions) == 1 else None
+
+
+def max_scale_costs(groups: Sequence[NodeGroupView], region: str | None, spot_discount: float) -> list[GroupCost]:
+    """The GPU node groups' costs at max size, each at the dearest instance type of its pool."""
+    pool_types: dict[str, dict[str, None]] = defaultdict(dict)  # ordered, as the spec lists them
+    for group in groups:
+        if group.pool is not None:
+            pool_types[group.pool].update(dict.fromkeys(group.instance_types))
     costs = []
     for group in groups:
-        instance = group.instance
-        price = instance.on_demand_usd_per_hour if instance is not None else None
-        if price is None:
-            costs.append(GroupCost(group, None))
+        if group.pool is None:
             continue
+        prices = {name: on_demand_price(name, region) if region else None for name in pool_types[group.pool]}
+        unpriced = next((name for name, price in prices.items() if price is None), None)
+        if unpriced is not None or not prices:
+            costs.append(GroupCost(group, None, unpriced))
+            continue
+        dearest = max(prices, key=prices.__getitem__)
         factor = (1 - spot_discount) if group.is_spot else 1.0
-        costs.append(GroupCost(group, group.max_size * price * factor))
+        costs.append(GroupCost(group, group.max_size * prices[dearest] * factor, priced_at=dearest))
     return costs
 
 
@@ -54,12 +78,22 @@ def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
         args.not_applicable(f"no {MAX_USD_PER_HOUR} in the policy config (the stack sets no budget)")
     discount = number(config.get(SPOT_DISCOUNT))
     discount = DEFAULT_SPOT_DISCOUNT if discount is None else discount
-    costs = max_scale_costs(node_groups(args.resources), discount)
+    region = stack_region(args.resources)
+    costs = max_scale_costs(node_groups(args.resources), region, discount)
+    for cost in costs:
+        if cost.usd_per_hour is None:
+            where = f"in {region}" if region else "(no aws provider states the stack's region)"
+            report(
+                f"node group {cost.group.name}: {cost.unpriced or 'its instance type'} has no on-demand price {where} "
+                f"in the catalog, so the budget of ${budget:,.2f}/h cannot be checked. To fix: use an instance type "
+                "the catalog prices in the stack's region (components/catalog/prices.json), or remove "
+                "budget.max_usd_per_hour."
+            )
     priced = sorted((c for c in costs if c.usd_per_hour is not None), key=lambda c: -c.usd_per_hour)
     total = sum(c.usd_per_hour for c in priced)
     if total > budget:
         biggest = ", ".join(
-            f"{c.group.name} {c.group.max_size} x {c.group.instance_types[0]} "
+            f"{c.group.name} {c.group.max_size} x {c.priced_at} "
             f"{'spot ' if c.group.is_spot else ''}${c.usd_per_hour:,.2f}/h"
             for c in priced[:3]
         )
@@ -67,7 +101,8 @@ def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
         note = f" (not priced: {', '.join(unpriced)})" if unpriced else ""
         report(
             f"at max scale the node groups cost ${total:,.2f}/h, over the budget of ${budget:,.2f}/h "
-            f"(spot {discount:.0%} off); the largest: {biggest}{note}. To fix: lower max_nodes of the largest "
+            f"({region} on-demand prices, spot {discount:.0%} off); the largest: {biggest}{note}. "
+            "To fix: lower max_nodes of the largest "
             "pools, move their burst capacity to spot, or raise budget.max_usd_per_hour."
         )
 

@@ -55,7 +55,7 @@ def test_each_service_gets_the_cheapest_device_that_fits():
 def test_the_choice_is_the_cheapest_of_all_feasible_combinations():
     spec = stack()
     pools = {p.name: PoolHardware(p) for p in spec.node_pools}
-    options = [candidates(m, pools) for m in spec.models]
+    options = [candidates(m, pools, spec.region) for m in spec.models]
     cheapest = min(sum(c.usd_per_hour for c in combo) for combo in itertools.product(*options))
     chosen = {m.name: m for m in spec.resolved().models}
     total = sum(next(c.usd_per_hour for c in opts if c.model == chosen[c.model.name]) for opts in options)

@@ -1,12 +1,19 @@
 """The hardware catalog checked against the EC2 instance data AWS publishes (as shipped by moto).
 
 Every spec fact in instances.json must equal what DescribeInstanceTypes says, both in moto's raw
-table and through boto3 under mock_aws; the MIG tables must be internally consistent.
+table and through boto3 under mock_aws; the MIG tables must be internally consistent. prices.json
+holds a price only where DescribeInstanceTypeOfferings offers the type, and its us-east-1 figures are
+Karpenter's generated table (aws/karpenter-provider-aws@6fc13b5, pkg/providers/pricing/zz_generated.pricing_aws.go).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+import subprocess
+from importlib.resources import files
+from pathlib import Path
 from typing import Any, Mapping
 
 import boto3
@@ -91,16 +98,70 @@ def test_instance_type_matches_describe_instance_types(described: dict[str, dict
     assert catalog_facts(INSTANCE_TYPES[name]) == ec2_facts(described[name])
 
 
-def test_priced_exactly_where_offered_in_us_east_1() -> None:
-    """A null price must mean "not offered in us-east-1" (the price source's region), not "forgot"."""
+PRICES = json.loads(files("inferstack.catalog").joinpath("prices.json").read_text(encoding="utf-8"))
+PRICED = {(name, region) for name, by_region in PRICES["on_demand_usd_per_hour"].items() for region in by_region}
+KARPENTER_PRICES = Path("/work/.mirror/aws+karpenter-provider-aws/repo")
+KARPENTER_COMMIT = "6fc13b5236fd04fd16ff3f9dc7490d0813994099"
+KARPENTER_PRICES_FILE = "pkg/providers/pricing/zz_generated.pricing_aws.go"
+
+
+def offered_in(region: str) -> set[str]:
+    """The catalog's types EC2 offers in a region (DescribeInstanceTypeOfferings, LocationType region, via moto)."""
     with moto.mock_aws():
-        ec2 = boto3.client("ec2", region_name="us-east-1")
+        ec2 = boto3.client("ec2", region_name=region)
         pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
             LocationType="region", Filters=[{"Name": "instance-type", "Values": NAMES}]
         )
-        offered = {o["InstanceType"] for page in pages for o in page["InstanceTypeOfferings"]}
-    priced = {n for n, it in INSTANCE_TYPES.items() if it.on_demand_usd_per_hour is not None}
-    assert priced == offered
+        return {o["InstanceType"] for page in pages for o in page["InstanceTypeOfferings"]}
+
+
+@pytest.mark.parametrize("region", sorted({region for _, region in PRICED}))
+def test_a_price_exists_only_where_ec2_offers_the_type(region: str) -> None:
+    """prices.json keeps a figure only for a region that sells the type (moto 5.2.5's EC2 offering data)."""
+    priced_here = {name for name, priced_region in PRICED if priced_region == region}
+    assert priced_here <= offered_in(region)
+    assert all(name in INSTANCE_TYPES for name in priced_here)
+
+
+def test_every_type_offered_in_us_east_1_is_priced_there() -> None:
+    """us-east-1 has Karpenter's full table, so there a missing price can only mean "not offered"."""
+    priced = {name for name, region in PRICED if region == "us-east-1"}
+    assert priced == offered_in("us-east-1")
+
+
+def test_prices_are_positive_finite_and_the_lookup_knows_no_other() -> None:
+    assert set(PRICES["on_demand_usd_per_hour"]) == set(INSTANCE_TYPES), "one row per catalog type"
+    for name, region in PRICED:
+        price = catalog.on_demand_price(name, region)
+        assert price is not None and math.isfinite(price) and price > 0, (name, region)
+    assert catalog.on_demand_price("p5e.48xlarge", "us-east-1") is None  # not offered there
+    assert catalog.on_demand_price("g6.xlarge", "mars-central-1") is None
+    assert catalog.on_demand_price("g6.nonesuch", "us-east-1") is None
+
+
+@pytest.mark.skipif(not KARPENTER_PRICES.exists(), reason="needs the aws/karpenter-provider-aws mirror on this machine")
+def test_us_east_1_prices_equal_karpenters_generated_table() -> None:
+    """aws/karpenter-provider-aws@6fc13b5:pkg/providers/pricing/zz_generated.pricing_aws.go ("generated at
+    2026-07-20T13:44:30Z for us-east-1"), read from the local mirror: every us-east-1 figure is Karpenter's."""
+    source = subprocess.run(
+        ["git", "-C", str(KARPENTER_PRICES), "show", f"{KARPENTER_COMMIT}:{KARPENTER_PRICES_FILE}"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    karpenter = {m[1]: float(m[2]) for m in re.finditer(r'"([a-z0-9.-]+)": ([0-9.]+)', source)}
+    ours = {name: p["us-east-1"] for name, p in PRICES["on_demand_usd_per_hour"].items() if "us-east-1" in p}
+    assert ours == {name: karpenter[name] for name in ours}
+
+
+@pytest.mark.parametrize(("name", "usd_per_hour"), [("g6.xlarge", 0.8048), ("g5.xlarge", 1.0060)])
+def test_us_east_2_prices_agree_with_the_aws_price_feed(name: str, usd_per_hour: float) -> None:
+    """A second source for a region other than us-east-1: the AWS price feed as quoted in a public repository
+    (spot-checked in /work/shared/reference/vllm-and-hardware.md section 5) gives the same us-east-2 figures."""
+    assert catalog.on_demand_price(name, "us-east-2") == usd_per_hour
+
+
+def test_prices_differ_by_region_where_the_sources_say_so() -> None:
+    """The catalog is per region, not one region's table copied: Tokyo's L4 costs more than Virginia's."""
+    assert catalog.on_demand_price("g6.xlarge", "ap-northeast-1") > catalog.on_demand_price("g6.xlarge", "us-east-1")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, g in GPUS.items() if g.mig_capable))

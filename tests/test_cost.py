@@ -1,9 +1,11 @@
-"""Cost is never silently zero: pools are costed as a range over their instance types, a type without a
-catalog price leaves its pool unpriced, and a stated budget is checked at spec time.
+"""Cost is never silently zero: pools are costed as a range over their instance types at the stack region's
+prices, a type without a catalog price in that region leaves its pool unpriced, and a stated budget is checked
+at spec time.
 
-Prices are the catalog's (components/catalog/instances.json: Karpenter's generated us-east-1 table,
-aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go); the expected figures below
-are computed from those catalog entries, not written in.
+Prices are the catalog's per region (components/catalog/prices.json: instances.vantage.sh data as published in
+tsaol/aws-gpu@77fcd9fe1d0652fd07b830e5ed030d61da87923e:data/<family>_instances.js; us-east-1 also
+aws/karpenter-provider-aws@6fc13b5236fd04fd16ff3f9dc7490d0813994099:pkg/providers/pricing/zz_generated.pricing_aws.go);
+the expected figures below are computed from those catalog entries, not written in.
 """
 
 from __future__ import annotations
@@ -16,15 +18,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from inferstack.catalog import instance_type
-from inferstack.cost import PRICE_REGION, stack_costs
+from inferstack.catalog import on_demand_price, prices_source
+from inferstack.cost import stack_costs
 from inferstack.spec import SpecError, StackSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def price(name: str) -> float:
-    return instance_type(name).on_demand_usd_per_hour
+def price(name: str, region: str = "us-east-1") -> float | None:
+    return on_demand_price(name, region)
 
 
 def spec(pools: list[dict], budget: float | None = None, region: str = "us-east-1") -> dict:
@@ -47,8 +49,8 @@ def test_a_mixed_pool_costs_its_cheapest_type_at_min_and_its_dearest_at_max(type
             "capacity": {"on_demand_base": 1, "spot": False}}
     (cost,) = stack_costs(StackSpec.model_validate(spec([pool])))
     prices = [price(t) for t in types]
-    assert cost.min_usd_per_hour == pytest.approx(min(prices))
-    assert cost.max_usd_per_hour == pytest.approx(3 * max(prices))
+    assert cost.min_usd_per_hour == round(min(prices), 4)  # pool costs are quoted to 1/100 of a cent
+    assert cost.max_usd_per_hour == round(3 * max(prices), 4)
     assert cost.on_demand_usd_per_node == max(prices)
 
 
@@ -57,12 +59,12 @@ def test_spot_nodes_above_the_baseline_take_the_discount_at_the_dearest_type():
             "capacity": {"on_demand_base": 1, "spot": True}}
     document = spec([pool]) | {"budget": {"spot_discount": 0.5}}
     (cost,) = stack_costs(StackSpec.model_validate(document))
-    assert cost.max_usd_per_hour == pytest.approx(price("g6.2xlarge") * (1 + 3 * 0.5))
+    assert cost.max_usd_per_hour == round(price("g6.2xlarge") * (1 + 3 * 0.5), 4)
 
 
 @pytest.mark.parametrize("capacity", [{"on_demand_base": 1, "spot": False}, {"on_demand_base": 0, "spot": True}])
 def test_a_type_without_a_price_leaves_its_pool_unpriced_not_free(capacity):
-    assert price("p5e.48xlarge") is None, "the catalog has no us-east-1 price for p5e.48xlarge"
+    assert price("p5e.48xlarge", "us-east-2") is None, "the catalog has no us-east-2 price for p5e.48xlarge"
     pool = {"name": "h200", "instance_types": ["p5e.48xlarge"], "min_nodes": 1, "max_nodes": 2, "efa": True,
             "capacity": capacity}
     (cost,) = stack_costs(StackSpec.model_validate(spec([pool], region="us-east-2")))
@@ -76,8 +78,76 @@ def test_a_budget_over_an_unpriced_pool_is_refused_at_the_type(index):
     pools.insert(index, {"name": "h200", "instance_types": ["p5e.48xlarge"], "max_nodes": 1, "efa": True})
     error = refusal(spec(pools, budget=1000.0, region="us-east-2"))
     assert error.path == f"node_pools[{index}].instance_types[0]"
-    assert "no on-demand price" in error.problem and PRICE_REGION in error.problem and "$1,000.00/h" in error.problem
+    assert "no on-demand price in us-east-2" in error.problem and "$1,000.00/h" in error.problem
     assert "budget.max_usd_per_hour" in error.fix
+
+
+@pytest.mark.parametrize("region", ["us-east-2", "eu-central-1", "ap-northeast-1"])
+def test_a_pool_costs_the_stack_regions_prices(region):
+    pool = {"name": "l4", "instance_types": ["g6.xlarge", "g6.4xlarge"], "min_nodes": 1, "max_nodes": 3,
+            "capacity": {"on_demand_base": 1, "spot": False}}
+    (cost,) = stack_costs(StackSpec.model_validate(spec([pool], region=region)))
+    assert cost.min_usd_per_hour == round(price("g6.xlarge", region), 4)
+    assert cost.max_usd_per_hour == round(3 * price("g6.4xlarge", region), 4)
+    assert cost.on_demand_usd_per_node == price("g6.4xlarge", region)
+
+
+@pytest.mark.parametrize(
+    ("region", "pools", "path", "unpriced"),
+    [
+        # g6e is offered in ap-south-1 and me-central-1 (EC2's offerings) but no source prices it there.
+        ("ap-south-1", [{"name": "l40s", "instance_types": ["g6e.xlarge", "g6e.2xlarge"], "max_nodes": 1}],
+         "node_pools[0].instance_types[0]", "g6e.xlarge"),
+        ("me-central-1", [{"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1},
+                          {"name": "l40s", "instance_types": ["g6e.2xlarge"], "max_nodes": 1}],
+         "node_pools[1].instance_types[0]", "g6e.2xlarge"),
+    ],
+)
+def test_a_type_priced_elsewhere_but_not_in_the_stack_region_refuses_the_budget(region, pools, path, unpriced):
+    assert price(unpriced, "us-east-1") is not None and price(unpriced, region) is None
+    error = refusal(spec(pools, budget=1000.0, region=region))
+    assert error.path == path
+    assert f"{unpriced!r} has no on-demand price in {region}" in error.problem
+    assert "components/catalog/prices.json" in error.fix
+    # Without a budget the stack is allowed, and the pool is unpriced rather than free.
+    costs = stack_costs(StackSpec.model_validate(spec(pools, region=region)))
+    assert [c.max_usd_per_hour is None for c in costs] == [p["instance_types"].count(unpriced) > 0 for p in pools]
+
+
+# ------------------------------------------------------------------- auto placement at the region's prices
+
+L4 = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 2, "capacity": {"on_demand_base": 2}}
+L40S = {"name": "l40s", "instance_types": ["g6e.xlarge"], "max_nodes": 1, "capacity": {"on_demand_base": 1}}
+
+
+def auto_stack(region: str, pools: list[dict], max_model_len: int) -> dict:
+    model = {"name": "chat", "model": "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "quantization": "fp8",
+             "pool": "auto", "max_model_len": max_model_len, "max_num_seqs": 4}
+    return spec(pools, region=region) | {"models": [model]}
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "ap-northeast-1", "ap-south-1"])
+def test_auto_placement_prices_each_candidate_in_the_stack_region(region):
+    from inferstack.auto_placement import candidates
+    from inferstack.spec.pools import PoolHardware
+
+    stack = StackSpec.model_validate(auto_stack(region, [L4], 8192))
+    pools = {p.name: PoolHardware(p) for p in stack.node_pools}
+    (best, *_) = candidates(stack.models[0], pools, region)
+    assert best.model.pool == "l4" and best.usd_per_hour == round(price("g6.xlarge", region), 6)
+
+
+def test_auto_placement_leaves_out_a_pool_unpriced_in_the_stack_region():
+    # 32K tokens x 4 of the 8B model fit an L40S but not an L4: us-east-1 prices the L40S and places it there.
+    assert [m.pool for m in StackSpec.model_validate(auto_stack("us-east-1", [L4, L40S], 32768)).resolved().models] \
+        == ["l40s"]
+    error = refusal(auto_stack("ap-south-1", [L4, L40S], 32768))
+    assert error.path == "models[0].pool"
+    assert "pools 'l40s' have no on-demand price in ap-south-1 in the catalog, so it left them out" in error.problem
+    error = refusal(auto_stack("ap-south-1", [L40S], 8192))
+    assert error.path == "models[0].pool"
+    assert "no pool in 'l40s' has an on-demand price in ap-south-1" in error.problem
+    assert "components/catalog/prices.json" in error.fix
 
 
 @pytest.mark.parametrize(
@@ -180,7 +250,8 @@ def test_the_plan_shows_every_figure_whole_in_80_columns(plans, name):
 
 def test_the_plan_says_whose_prices_and_that_unpriced_pools_are_not_free(plans):
     text = " ".join(text_at_80_columns(plans["unpriced"]).split())
-    assert "at least $" in text and "not priced (no catalog price): h200" in text
-    assert f"{PRICE_REGION} on-demand prices, not us-east-2's" in text
+    assert "at least $" in text and "unpriced (no catalog price in us-east-2): h200" in text
+    assert f"us-east-2 on-demand prices from {prices_source('us-east-2')}" in text
+    assert "instances.vantage.sh" in prices_source("us-east-2") and "Karpenter" in prices_source("us-east-1")
     dev = " ".join(text_at_80_columns(plans["dev"]).split())
     assert f"Total: up to {plans['dev']['totals']['gpus_max']} GPUs, $" in dev and "at least" not in dev

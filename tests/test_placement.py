@@ -10,9 +10,10 @@ from collections import defaultdict
 import pytest
 
 from inferstack import sizing
-from inferstack.catalog import INSTANCE_TYPES, gpu
+from inferstack.catalog import INSTANCE_TYPES, gpu, on_demand_price
 from inferstack.placement import (
     FIXED_MIX,
+    PRICE_SCALE,
     Demand,
     Placement,
     PlacementError,
@@ -38,7 +39,8 @@ MENU = [
     ("mistralai/Mistral-7B-Instruct-v0.3", "none"),
     ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", "gptq"),
 ]
-CATALOG = catalog_options()
+REGION = "us-east-1"  # whose on-demand prices the options cost
+CATALOG = catalog_options(REGION)
 
 
 def service(name: str, model: str, **fields) -> ModelServiceSpec:
@@ -135,7 +137,8 @@ def assert_valid(placement: Placement, demands: list[Demand], pools: list[PoolOp
         assert all(profiles.count(p.name) <= p.max_count for p in chosen)
     for use in placement.pools:
         pool = pool_of[use.pool]
-        assert use.usd_per_hour == pytest.approx(use.nodes * pool.usd_per_hour)
+        # The planner counts money in 1/PRICE_SCALE dollars per node-hour.
+        assert use.usd_per_hour == pytest.approx(use.nodes * pool.usd_per_hour, abs=use.nodes / PRICE_SCALE)
         assert pool.max_nodes is None or use.nodes <= pool.max_nodes
 
 
@@ -161,7 +164,7 @@ def test_plan_equals_the_exhaustive_optimum_on_random_small_mixes(seed):
 
 
 def test_mig_gpu_holds_at_most_seven_one_slice_models():
-    pools = [PoolOption.from_instance_type("h100", "p5.4xlarge", mig=True)]
+    pools = [PoolOption.from_instance_type("h100", "p5.4xlarge", region=REGION, mig=True)]
     demands = [Demand.from_spec(service(f"e{i}", "BAAI/bge-large-en-v1.5", max_model_len=512)) for i in range(8)]
     plan = plan_placement(demands, pools)
     assert {a.mig_profile for a in plan.assignments} == {"1g.10gb"}
@@ -177,7 +180,10 @@ def test_pinned_pool_and_tensor_parallel_are_kept():
 
 
 def test_max_nodes_caps_a_pool():
-    pools = [PoolOption.from_instance_type("l4", "g6.xlarge", max_nodes=2), PoolOption.from_instance_type("l40s", "g6e.xlarge")]
+    pools = [
+        PoolOption.from_instance_type("l4", "g6.xlarge", region=REGION, max_nodes=2),
+        PoolOption.from_instance_type("l40s", "g6e.xlarge", region=REGION),
+    ]
     demands = [Demand.from_spec(service(f"m{i}", "meta-llama/Llama-3.2-3B-Instruct", max_model_len=4096)) for i in range(3)]
     plan = plan_placement(demands, pools)
     assert plan.nodes == {"l4": 2, "l40s": 1}
@@ -190,7 +196,10 @@ def test_max_nodes_caps_a_pool():
 
 def test_a_model_that_fits_nowhere_is_named_with_its_need_and_the_largest_option():
     huge = service("giant", "meta-llama/Llama-3.1-70B-Instruct", max_model_len=131072, max_num_seqs=8)
-    pools = [PoolOption.from_instance_type("l4", "g6.xlarge"), PoolOption.from_instance_type("l40s", "g6e.12xlarge")]
+    pools = [
+        PoolOption.from_instance_type("l4", "g6.xlarge", region=REGION),
+        PoolOption.from_instance_type("l40s", "g6e.12xlarge", region=REGION),
+    ]
     with pytest.raises(PlacementError) as caught:
         plan_placement([Demand.from_spec(huge)], pools)
     message = str(caught.value)
@@ -209,9 +218,24 @@ def test_from_spec_leaves_unset_placement_to_the_planner():
 def test_catalog_options_offer_mig_only_on_mig_gpus():
     mig_types = {o.instance_type for o in CATALOG if o.mig}
     assert mig_types == {
-        name for name, it in INSTANCE_TYPES.items() if it.gpu.mig_capable and it.on_demand_usd_per_hour is not None
+        name for name, it in INSTANCE_TYPES.items() if it.gpu.mig_capable and on_demand_price(name, REGION) is not None
     }
     assert gpu("H100").mig_capable and "p5.4xlarge" in mig_types
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-north-1", "ap-south-1"])
+def test_catalog_options_are_the_types_priced_in_the_region_at_its_prices(region):
+    options = catalog_options(region)
+    assert {o.instance_type for o in options} == {n for n in INSTANCE_TYPES if on_demand_price(n, region) is not None}
+    assert all(o.usd_per_hour == on_demand_price(o.instance_type, region) for o in options)
+
+
+def test_an_option_unpriced_in_its_region_needs_a_stated_price():
+    # EC2 offers p5.4xlarge in eu-north-1, but the catalog's sources give no price there.
+    with pytest.raises(PlacementError, match=r"p5\.4xlarge has no price in eu-north-1 in the catalog"):
+        PoolOption.from_instance_type("h100", "p5.4xlarge", region="eu-north-1")
+    stated = PoolOption.from_instance_type("h100", "p5.4xlarge", region="eu-north-1", usd_per_hour=7.5)
+    assert stated.usd_per_hour == 7.5
 
 
 # ------------------------------------------------------------------------------------------- scale

@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from inferstack.catalog import on_demand_price
 from inferstack.planning.accuracy import accuracy
 from inferstack.planning.service_performance import ASSUMPTIONS, service_estimate
 from inferstack.engine import run_stack
 from inferstack.engine.report import print_plan
+from inferstack.engine.policy_runner import run_policies
 from inferstack.engine.summary import build_plan, graph_resources, time_to_serving
+from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, budget_at_max_scale
 from inferstack.serving_time import DependencyRule, edges
+from inferstack.spec import StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack
 
@@ -148,8 +152,7 @@ def test_each_pool_states_its_nodes_prices_and_spot_discount(stacks):
     spec, _, plan = stacks["prod"]
     for pool in plan["node_pools"]:
         # A pool may run any of its types: min scale at the cheapest, max scale at the dearest (inferstack.cost).
-        prices = [PoolHardware(spec.pool(pool["name"])).instance_types[i].on_demand_usd_per_hour
-                  for i in range(len(pool["instance_types"]))]
+        prices = [on_demand_price(name, spec.region) for name in spec.pool(pool["name"]).instance_types]
         assert pool["on_demand_usd_per_node_hour"] == max(prices)
         capacity = spec.pool(pool["name"]).capacity
         assert (pool["spot"] is None) == (not capacity.spot)
@@ -174,13 +177,47 @@ def test_models_with_traffic_get_dollars_per_million_output_tokens(stacks):
     assert set(rows) == {m.name for m in spec.models if m.traffic is not None} == {"llama-70b", "llama-8b-fp8"}
     for name, row in rows.items():
         model = spec.model_service(name)
-        estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)))
+        estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)), region=spec.region)
         assert row["usd_per_million_output_tokens"] == pytest.approx(estimate.usd_per_million_output_tokens, abs=1e-4)
         assert row["replicas_needed"] == estimate.replicas <= row["max_replicas"]
         assert row["at_traffic"]["itl_ms"] == pytest.approx(estimate.at_traffic.inter_token_seconds * 1000, abs=0.01)
     assert [a["name"] for a in plan["throughput"]["assumptions"]] == [a.name for a in ASSUMPTIONS]
     assert plan["throughput"]["accuracy"]["stated"] == accuracy().stated()
     assert stacks["dev"][2]["throughput"] == {"models": [], "assumptions": [], "accuracy": None}   # dev states no traffic
+
+
+@pytest.fixture(scope="module")
+def tokyo():
+    """prod moved to ap-northeast-1, which offers each of its instance types at prices above us-east-1's."""
+    prod = load_stack(STACKS, "prod")
+    spec = StackSpec.model_validate(prod.model_dump(mode="json", exclude_unset=True) | {"region": "ap-northeast-1"})
+    recording = run_stack(spec)
+    return spec, recording, build_plan(spec, recording)
+
+
+def test_the_plan_and_the_budget_policy_price_every_node_in_the_stack_region(stacks, tokyo):
+    """Pool $/h, the service's $/h and $/1M tokens, and the budget policy's total use one lookup with one region
+    (the policy finds it on the recorded pulumi:providers:aws resource), so none of them can differ."""
+    spec, recording, plan = tokyo
+    east = stacks["prod"][2]
+    for pool, east_pool in zip(plan["node_pools"], east["node_pools"], strict=True):
+        dearest = max(on_demand_price(name, spec.region) for name in pool["instance_types"])
+        assert pool["on_demand_usd_per_node_hour"] == dearest > east_pool["on_demand_usd_per_node_hour"]
+    rows = {row["model"]: row for row in plan["throughput"]["models"]}
+    for name, row in rows.items():
+        model = spec.model_service(name)
+        estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)), region=spec.region)
+        assert row["usd_per_hour"] == round(estimate.usd_per_hour, 2)
+        assert row["usd_per_million_output_tokens"] == pytest.approx(estimate.usd_per_million_output_tokens, abs=1e-4)
+    east_rows = {row["model"]: row for row in east["throughput"]["models"]}
+    assert all(rows[name]["usd_per_hour"] > east_rows[name]["usd_per_hour"] for name in rows)
+    total = plan["totals"]["usd_per_hour_max"]
+    config = {budget_at_max_scale.name: {MAX_USD_PER_HOUR: total / 2, SPOT_DISCOUNT: spec.budget.spot_discount}}
+    resources = [r.as_dict() for r in recording.resources]
+    (result,) = run_policies(resources, spec.environment, config, policies=[budget_at_max_scale])
+    (violation,) = result.as_dict()["violations"]
+    assert f"at max scale the node groups cost ${total:,.2f}/h" in violation["message"]
+    assert "ap-northeast-1 on-demand prices" in violation["message"]
 
 
 def test_the_text_plan_prints_costs_assumptions_and_times(stacks):

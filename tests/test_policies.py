@@ -510,7 +510,50 @@ def test_budget_from_plan_json_beside_a_rendered_resources_file(tmp_path, capsys
     assert main(["check", "--resources", str(out / "resources.json"), "--format", "json"]) == 1
     report = {p["name"]: p for p in json.loads(capsys.readouterr().out)["policies"]}
     assert failing(report) == {"budget-at-max-scale"}
-    assert "at max scale the node groups cost $267.96/h, over the budget of $100.00/h" in messages(report, "budget-at-max-scale")
+    # The policy totals what the plan totals: each pool at its dearest type, priced in the stack's region.
+    total = plan["totals"]["usd_per_hour_max"]
+    assert f"at max scale the node groups cost ${total:,.2f}/h, over the budget of $100.00/h" in messages(
+        report, "budget-at-max-scale"
+    )
+    assert "us-east-1 on-demand prices" in messages(report, "budget-at-max-scale")
+
+
+def _budget_config(tmp_path: Path, usd_per_hour: float) -> str:
+    path = tmp_path / "pack.json"
+    path.write_text(json.dumps({"budget-at-max-scale": {"maxUsdPerHour": usd_per_hour}}), encoding="utf-8")
+    return str(path)
+
+
+def test_budget_policy_refuses_a_node_group_unpriced_in_the_stack_region(tmp_path, capsys):
+    """g6e is offered in ap-south-1 (EC2's offerings) but the catalog has no price there: the policy reads the
+    region from the recorded AWS provider and refuses a budget it cannot check instead of pricing it at $0."""
+    _write_stack(
+        tmp_path / "stacks",
+        "mumbai",
+        """
+        environment: mumbai
+        region: ap-south-1
+        node_pools:
+          - {name: l4, instance_types: [g6.xlarge], max_nodes: 1}
+          - {name: l40s, instance_types: [g6e.xlarge], max_nodes: 2}
+        """,
+    )
+    spec = load_stack(tmp_path / "stacks", "mumbai")
+    resources = [r.as_dict() for r in run_stack(spec).resources]
+    code, report = check(resources, tmp_path, capsys, "--policy-config", _budget_config(tmp_path, 1000.0))
+    assert code == 1 and failing(report) == {"budget-at-max-scale"}
+    text = messages(report, "budget-at-max-scale")
+    assert "node group mumbai-l40s-spot: g6e.xlarge has no on-demand price in ap-south-1 in the catalog" in text
+    assert "mumbai-l4-" not in text and "budget of $1,000.00/h cannot be checked" in text
+
+
+def test_budget_policy_without_the_stacks_region_cannot_price_a_group(tmp_path, capsys):
+    resources = [r for r in rendered("dev") if r["type"] != "pulumi:providers:aws"]
+    code, report = check(resources, tmp_path, capsys, "--policy-config", _budget_config(tmp_path, 1000.0))
+    assert code == 1 and failing(report) == {"budget-at-max-scale"}
+    assert "g6.xlarge has no on-demand price (no aws provider states the stack's region)" in messages(
+        report, "budget-at-max-scale"
+    )
 
 
 def test_budget_without_config_is_not_applicable(tmp_path, capsys):

@@ -132,8 +132,8 @@ def test_an_open_loop_carries_its_rate_until_the_replica_saturates():
 
 def test_the_traffic_sets_the_replicas_and_an_slo_can_need_more():
     traffic = TrafficSpec(requests_per_second=30, mean_input_tokens=1024, mean_output_tokens=256)
-    loose = service_estimate(*service(traffic=traffic))
-    tight = service_estimate(*service(traffic=traffic, slo=LatencySlo(itl_ms=12)))
+    loose = service_estimate(*service(traffic=traffic), region="us-east-1")
+    tight = service_estimate(*service(traffic=traffic, slo=LatencySlo(itl_ms=12)), region="us-east-1")
     assert loose.replicas == loose.replicas_for_traffic and loose.replicas_for_slo is None
     assert loose.at_traffic.output_tokens_per_second == pytest.approx(30 * 256 / loose.replicas, rel=1e-3)
     assert tight.replicas == tight.replicas_for_slo > tight.replicas_for_traffic
@@ -146,7 +146,7 @@ def test_the_traffic_sets_the_replicas_and_an_slo_can_need_more():
 
 def test_an_slo_below_what_one_request_gets_is_unreachable_and_says_why():
     traffic = TrafficSpec(requests_per_second=1)
-    estimate = service_estimate(*service(traffic=traffic, slo=LatencySlo(itl_ms=2)))
+    estimate = service_estimate(*service(traffic=traffic, slo=LatencySlo(itl_ms=2)), region="us-east-1")
     assert estimate.replicas_for_slo is None
     assert "ms per token after it on H100" in estimate.slo_unreachable
     assert estimate.replicas == estimate.replicas_for_traffic
@@ -164,15 +164,15 @@ def test_a_mig_slice_gets_its_share_of_bandwidth_compute_and_price():
     assert device.bandwidth_bytes_per_second == pytest.approx(3350e9 * 4 / 8)
     assert device.peak_flops["bf16"] == pytest.approx(989e12 * 3 / 7)
     # 3 of 7 compute slices, 4 of 8 memory slices: the slice blocks half of a $6.88/h GPU.
-    assert service_estimate(spec, hardware).usd_per_hour == pytest.approx(55.04 / 8 / 2)
+    assert service_estimate(spec, hardware, region="us-east-1").usd_per_hour == pytest.approx(55.04 / 8 / 2)
 
 
 def test_without_traffic_or_room_for_one_request_it_says_why():
     with pytest.raises(ValueError, match="states no traffic"):
-        service_estimate(*service())
+        service_estimate(*service(), region="us-east-1")
     crowded = TrafficSpec(requests_per_second=1, mean_input_tokens=100_000, mean_output_tokens=30_000)
     with pytest.raises(ValueError, match="less than one 115000-token request"):
-        service_estimate(*service(instance="g6.xlarge", max_model_len=131072, traffic=crowded))
+        service_estimate(*service(instance="g6.xlarge", max_model_len=131072, traffic=crowded), region="us-east-1")
 
 
 def test_every_assumption_states_its_value_and_reason():
@@ -245,12 +245,14 @@ def test_a_time_to_first_token_slo_needs_replicas_where_prompts_queue():
     workload = Workload(2048, 128)
     alone_ms = at_request_rate(engine(), workload, 1e-9).first_token_seconds * 1000
     traffic = TrafficSpec(requests_per_second=160, mean_input_tokens=2048, mean_output_tokens=128)
-    loose = service_estimate(*service(traffic=traffic))
-    tight = service_estimate(*service(traffic=traffic, slo=LatencySlo(ttft_ms=1.5 * alone_ms)))
+    loose = service_estimate(*service(traffic=traffic), region="us-east-1")
+    tight = service_estimate(*service(traffic=traffic, slo=LatencySlo(ttft_ms=1.5 * alone_ms)), region="us-east-1")
     assert loose.at_traffic.first_token_seconds * 1000 > 1.5 * alone_ms   # prompts queue for chunk steps
     assert tight.replicas > loose.replicas and tight.slo_unreachable is None
     assert tight.at_traffic.first_token_seconds * 1000 <= 1.5 * alone_ms
-    below_alone = service_estimate(*service(traffic=traffic, slo=LatencySlo(ttft_ms=0.5 * alone_ms)))
+    below_alone = service_estimate(
+        *service(traffic=traffic, slo=LatencySlo(ttft_ms=0.5 * alone_ms)), region="us-east-1"
+    )
     assert "to its first token" in below_alone.slo_unreachable and below_alone.replicas == loose.replicas
 
 
@@ -264,5 +266,5 @@ def test_a_time_sliced_share_gets_a_share_of_the_gpu_and_its_price():
     device = engine_for(spec, hardware).device
     assert device.bandwidth_bytes_per_second == pytest.approx(300e9 / 2)
     assert device.peak_flops["bf16"] == pytest.approx(121e12 / 2)
-    estimate = service_estimate(spec, hardware)
+    estimate = service_estimate(spec, hardware, region="us-east-1")
     assert estimate.usd_per_hour == pytest.approx(estimate.replicas * 0.8048 / 2)

@@ -1,7 +1,8 @@
-"""GPU and EC2 instance catalog: typed, read-only views over gpus.json and instances.json.
+"""GPU and EC2 instance catalog: typed, read-only views over gpus.json, instances.json and prices.json.
 
 The facts live in the JSON files (checked against EC2's own data in tests/test_catalog.py);
 this module only loads them once and offers lookups that suggest close names on a typo.
+Prices differ per region, so they are looked up by (instance type, region), never read off a type.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ __all__ = [
     "UnknownInstanceType",
     "gpu",
     "instance_type",
+    "on_demand_price",
+    "prices_source",
 ]
 
 
@@ -87,7 +90,6 @@ class InstanceType:
     max_efa_interfaces: int
     network_cards: int
     usage_classes: tuple[str, ...]
-    on_demand_usd_per_hour: float | None
     gpu_link: str                        # how its GPUs exchange data: 'nvlink' or 'pcie'
     gpu_link_gbs_per_direction: float    # GB/s one GPU sends to its peers
 
@@ -168,7 +170,6 @@ def _instance_type(
         max_efa_interfaces=raw["max_efa_interfaces"],
         network_cards=raw["network_cards"],
         usage_classes=tuple(raw["usage_classes"]),
-        on_demand_usd_per_hour=raw["on_demand_usd_per_hour"],
         gpu_link=links[family]["link"],
         gpu_link_gbs_per_direction=float(links[family]["gbs_per_direction"]),
     )
@@ -184,6 +185,22 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
         for name, raw in _INSTANCES["instance_types"].items()
     }
 )
+
+
+_PRICES = _read("prices.json")
+_ON_DEMAND: Mapping[str, Mapping[str, float]] = MappingProxyType(
+    {name: MappingProxyType(by_region) for name, by_region in _PRICES["on_demand_usd_per_hour"].items()}
+)
+
+
+def on_demand_price(instance_type_name: str, region: str) -> float | None:
+    """Linux on-demand USD/h of a type in a region; None where the catalog has no price (unpriced, never $0)."""
+    return _ON_DEMAND.get(instance_type_name, {}).get(region)
+
+
+def prices_source(region: str) -> str:
+    """Where a region's prices come from, short enough for the plan's note (prices.json's `source` cites them)."""
+    return _PRICES["region_labels"].get(region, _PRICES["label"])
 
 
 def instance_type(name: str) -> InstanceType:

@@ -8,7 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from inferstack.cost import PRICE_REGION
+from inferstack.catalog import prices_source
 
 
 # How a replica's GPUs talk (inferstack.serving.transport), short enough for a table column.
@@ -130,16 +130,14 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     totals = plan["totals"]
     spot = plan["node_pools"][0]["spot_discount"] if plan["node_pools"] else 0
     floor = "at least " if totals["unpriced_pools"] else ""  # unpriced pools cost something, not $0
-    prices = f"{PRICE_REGION} on-demand prices"
-    if plan["region"] != PRICE_REGION:
-        prices += f", not {plan['region']}'s: the catalog prices one region"
+    prices = f"{plan['region']} on-demand prices from {prices_source(plan['region'])}"
     console.print(
         f"[bold]Total[/bold]: up to {totals['gpus_max']} GPUs, {floor}{_usd(totals['usd_per_hour_min'])}/h at min "
         f"scale, {floor}{_usd(totals['usd_per_hour_max'])}/h at max scale ({prices}; spot assumed "
         f"{spot:.0%} off on-demand; min scale runs the on-demand baseline, spot fills the rest up to max)"
     )
     if totals["unpriced_pools"]:
-        console.print(f"  not priced (no catalog price): {', '.join(totals['unpriced_pools'])}")
+        console.print(f"  unpriced (no catalog price in {plan['region']}): {', '.join(totals['unpriced_pools'])}")
     if totals["budget_usd_per_hour"] is not None:
         within = (totals["usd_per_hour_max"] or 0) <= totals["budget_usd_per_hour"]
         console.print(f"  budget {_usd(totals['budget_usd_per_hour'])}/h: {'within' if within else '[red]OVER[/red]'}")

@@ -207,7 +207,7 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
             "slo": None if model.slo is None else model.slo.model_dump(),
         }
         try:
-            estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)))
+            estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)), region=spec.region)
         except ValueError as error:   # no catalog price, or the KV cache cannot hold one request
             rows.append({**row, "error": str(error)})
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from inferstack.catalog import on_demand_price
 from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
 from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
@@ -158,15 +159,16 @@ def _fewest_replicas(
 
 
 def service_estimate(
-    model: ModelServiceSpec, hardware: PoolHardware, *, node_usd_per_hour: float | None = None
+    model: ModelServiceSpec, hardware: PoolHardware, *, region: str, node_usd_per_hour: float | None = None
 ) -> ServiceEstimate:
-    """The estimate for a model service on its pool, at its stated traffic and (by default) on-demand prices."""
+    """The estimate for a model service on its pool, at its stated traffic and (by default) the on-demand price
+    of the pool's first instance type in the stack's `region`."""
     traffic = model.traffic
     if traffic is None:
         raise ValueError(f"model service {model.name!r} states no traffic: add traffic.requests_per_second")
-    price = hardware.primary.on_demand_usd_per_hour if node_usd_per_hour is None else node_usd_per_hour
+    price = on_demand_price(hardware.primary.name, region) if node_usd_per_hour is None else node_usd_per_hour
     if price is None:
-        raise ValueError(f"{hardware.primary.name} has no price in the catalog: pass node_usd_per_hour")
+        raise ValueError(f"{hardware.primary.name} has no price in {region} in the catalog: pass node_usd_per_hour")
     engine = engine_for(model, hardware)
     workload = workload_of(traffic)
     cap, _ = admission_limit(engine, workload)
