@@ -157,11 +157,11 @@ REJECTIONS = {
         "'10.0.0.1/16' is not a network address",
         "clear the host bits, e.g. 10.0.0.0/16",
     ),
-    "zone letter without a slot": (
+    "zone letter the region does not have": (  # refused as a zone that does not exist, before its address slot
         {"availability_zones": zones("abch")},
         "cluster.network.availability_zones[3]",
-        "us-east-1h has no address slot: slots exist for zone letters a to g",
-        "cluster.network.subnet_cidrs.us-east-1h",
+        "'us-east-1h' is not an availability zone of us-east-1",
+        "use one of 'us-east-1a'",
     ),
     "explicit block outside the VPC": (
         {"subnet_cidrs": {"us-east-1a": {"private": "10.1.0.0/19", "public": "10.0.240.0/24"}}},
