@@ -69,7 +69,6 @@ def candidates(model: ModelServiceSpec, pools: dict[str, PoolHardware], region: 
     """Every placement of `model` on the stack's pools that fits, cheapest first at on-demand prices in `region`
     (a pool unpriced there is no candidate)."""
     names = list(pools) if model.pool == AUTO else [model.pool]
-    concurrency = model.max_num_seqs or 1
     found = []
     for name in names:
         hardware = pools[name]
@@ -81,7 +80,7 @@ def candidates(model: ModelServiceSpec, pools: dict[str, PoolHardware], region: 
             if parallelism_problem(candidate) is not None:
                 continue
             result = fit(candidate, hardware)
-            if result.max_concurrency < concurrency:
+            if not result.fits:
                 continue
             resource = hardware.resource_for_slice(candidate.mig_profile)
             found.append(

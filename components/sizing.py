@@ -62,6 +62,7 @@ class Fit:
     kv_bytes_per_token: int                # whole model: all layers, all KV heads, K and V
     kv_bytes_per_token_per_device: int     # one device's slice of a token
     max_model_len: int
+    stated_sequences: int                  # max_num_seqs, or 1 when the service leaves it to vLLM
 
     @property
     def budget_bytes_per_device(self) -> int:
@@ -94,8 +95,14 @@ class Fit:
         return self.kv_cache_bytes_per_device > 0
 
     @property
-    def fits(self) -> bool:
+    def starts(self) -> bool:
+        """vLLM starts only when one max_model_len sequence fits the KV cache (its own startup check)."""
         return self.max_concurrency >= 1
+
+    @property
+    def fits(self) -> bool:
+        """The stated context x sequences fit at once: what the plan's "fits" and auto placement mean."""
+        return self.max_concurrency >= self.stated_sequences
 
     @property
     def memory_bytes(self) -> int:
@@ -224,6 +231,7 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
         kv_bytes_per_token=kv_bytes_per_token(model),
         kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model),
         max_model_len=model.max_model_len,
+        stated_sequences=model.max_num_seqs or 1,
     )
 
 
@@ -303,7 +311,7 @@ def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
         candidates += [(update, what)] + [({**update, **extra}, what) for extra in kv]
     for update, what in candidates:
         result = fit(model.model_copy(update=update), hardware)
-        if result.fits:
+        if result.starts:
             change = ", ".join(f"{k} {v!r}" for k, v in update.items())
             note = f" ({what})" if what else ""
             options.append(f"lower precision: {change}{note} gives {_describe(result)}")
@@ -325,7 +333,7 @@ def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
             continue
         candidate = model.model_copy(update={"tensor_parallel": tp, "pipeline_parallel": pp, "mig_profile": None})
         result = fit(candidate, whole)
-        if result.fits:
+        if result.starts:
             where = "" if whole is hardware else f" on a pool of whole {hardware.gpu.name}s"
             options.append(
                 f"more GPUs: tensor_parallel {tp}, pipeline_parallel {pp} ({tp * pp} GPU{'s' if tp * pp > 1 else ''})"
@@ -340,7 +348,7 @@ def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
             if profile.memory_gb * 10**9 <= size or "+" in profile.name:
                 continue
             result = fit(model.model_copy(update={"mig_profile": profile.name}), hardware)
-            if result.fits:
+            if result.starts:
                 layout = "" if profile.name in sharing.layout else " (add it to the pool's MIG layout)"
                 options.append(f"larger slice: mig_profile {profile.name!r}{layout} gives {_describe(result)}")
                 break
@@ -349,13 +357,13 @@ def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
             fewer = sharing.model_copy(update={"replicas": replicas})
             shared = PoolHardware(hardware.spec.model_copy(update={"gpu_sharing": fewer}))
             result = fit(model, shared)
-            if result.fits:
+            if result.starts:
                 options.append(f"larger share: {sharing.mode} replicas {replicas} per GPU gives {_describe(result)}")
                 break
 
     # A shorter context, when the weights fit at all.
     result = fit(model, hardware)
-    if result.weights_fit and result.kv_tokens >= 128 and not result.fits:
+    if result.weights_fit and result.kv_tokens >= 128 and not result.starts:
         options.append(f"shorter context: max_model_len {result.kv_tokens} or less (1 sequence at a time)")
     return options
 
@@ -367,7 +375,7 @@ def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> Non
         valid = _valid_tensor_parallel(model, hardware.gpus_per_node)
         raise SpecError(f"{path}.tensor_parallel", problem, f"use tensor_parallel in {valid}")
     result = fit(model, hardware)
-    if result.fits:
+    if result.starts:
         return
     device = device_name(model, hardware)
     budget = (

@@ -31,7 +31,7 @@ stack = StackSpec(
             quantization="awq",
             pool="l4",
             max_model_len=8192,
-            max_num_seqs=16,
+            max_num_seqs=6,                                       # 7 full-length sequences fit half an L4
             tier="standard",
             autoscaling=AutoscalingSpec(min_replicas=0, max_replicas=2, scale_to_zero=True, cooldown_seconds=600),
         ),

@@ -60,7 +60,7 @@ stack = StackSpec(
             kv_cache_dtype="fp8",
             pool="h100",
             tensor_parallel=4,
-            max_model_len=32768,
+            max_model_len=24576,                                  # 64 sequences of it fit a replica's KV cache
             max_num_seqs=64,
             autoscaling=AutoscalingSpec(min_replicas=2, max_replicas=6, metric="queue_depth", target=8),
             traffic=TrafficSpec(requests_per_second=20, mean_input_tokens=2048, mean_output_tokens=400),
@@ -84,8 +84,8 @@ stack = StackSpec(
             quantization="fp8",
             kv_cache_dtype="fp8",
             pool="l40s",
-            max_model_len=16384,
-            max_num_seqs=64,
+            max_model_len=8192,                                   # 60 sequences of it fit a replica's KV cache
+            max_num_seqs=60,
             autoscaling=AutoscalingSpec(min_replicas=2, max_replicas=6, metric="epp_queue"),  # online: never one
             # A 512-token system prompt shared by every request is served from the prefix cache; the SLO sizes
             # the replicas for chat (the plan shows how many the traffic alone would need).

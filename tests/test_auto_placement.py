@@ -66,7 +66,7 @@ def test_every_auto_placement_fits_by_sizing():
     spec = stack().resolved()
     for model in spec.models:
         result = fit(model, PoolHardware(spec.pool(model.pool)))
-        assert result.max_concurrency >= (model.max_num_seqs or 1), model.name
+        assert result.fits and result.max_concurrency >= (model.max_num_seqs or 1), model.name
 
 
 def test_small_services_pack_into_slices_until_they_run_out():

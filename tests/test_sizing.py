@@ -14,6 +14,7 @@ written out below so each can be checked with a calculator:
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -311,3 +312,35 @@ def test_following_a_lower_precision_suggestion_gives_a_valid_spec(pool, model):
     applied = {key: value.strip("'") for key, value in (item.split(" ", 1) for item in change.split(", "))}
     assert applied  # e.g. {"quantization": "fp8"} or {"model": "<catalog checkpoint>", "kv_cache_dtype": "fp8"}
     StackSpec.model_validate(stack(pool, {**model, **applied}))
+
+
+# ------------------------------------------------------------------------------------ "fits"
+
+QWEN_ON_HALF_L4 = {"name": "m", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "l4",
+                   "max_model_len": 8192}
+
+
+@pytest.mark.parametrize(("seqs", "fits"), [(None, True), (7, True), (8, False), (16, False)])
+def test_fits_means_the_stated_context_times_sequences(seqs, fits):
+    """One meaning for the plan and auto placement: max_model_len x max_num_seqs (one when unstated) at once.
+    vLLM itself starts when one full-length request fits (vllm/v1/core/kv_cache_utils.py
+    `check_enough_kv_cache_memory`), so fewer than stated is accepted and the plan warns."""
+    result = sized({**QWEN_ON_HALF_L4, "max_num_seqs": seqs}, L4_SHARED)
+    assert result.max_concurrency == 7 and result.starts
+    assert result.fits is fits
+
+
+def test_the_plan_says_how_many_sequences_fit_and_warns(tmp_path, capsys):
+    from inferstack.cli import main
+
+    path = tmp_path / "few.yaml"
+    model = {k: v for k, v in QWEN_ON_HALF_L4.items() if k not in ("name", "pool")}
+    path.write_text(json.dumps(stack(L4_SHARED, {**model, "max_num_seqs": 16})))
+    assert main(["plan", str(path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["placements"]
+    assert (row["fits"], row["max_concurrency_at_full_length"], row["sequences_stated"]) == (False, 7, 16)
+    assert main(["plan", str(path)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "7 of 16" in text
+    assert "m: only 7 of its 16 sequences (max_num_seqs) fit the KV cache at 8192 tokens each" in text
+

@@ -55,6 +55,13 @@ REPLICA_PARTS = {
 }
 
 
+def _fits(row: dict[str, Any]) -> str:
+    """"yes" only when the stated context x sequences fit, as auto placement means it; else how many do."""
+    if row["fits"]:
+        return "yes"
+    return f"[yellow]{row['max_concurrency_at_full_length']} of {row['sequences_stated']}[/yellow]"
+
+
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     resources = plan["resources"]
@@ -113,9 +120,17 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
                 f"{row['weights_gib']:.1f}, {row['kv_cache_gib']:.1f}, {row['memory_gib']:.1f}",
                 f"{row['max_model_len']} x {row['max_concurrency_at_full_length']}",
                 TRANSPORT_LABELS[row["transport"]],
-                "yes" if row["fits"] else "[red]NO[/red]",
+                _fits(row),
             )
         console.print(placements)
+        for row in plan["placements"]:
+            if not row["fits"]:
+                console.print(
+                    f"  [yellow]{row['model']}[/yellow]: only {row['max_concurrency_at_full_length']} of its "
+                    f"{row['sequences_stated']} sequences (max_num_seqs) fit the KV cache at {row['max_model_len']} "
+                    "tokens each: longer traffic queues or is preempted. To fix: lower max_num_seqs or "
+                    "max_model_len, or give the replica more memory"
+                )
         for row in plan["placements"]:
             weights = row["weights"]
             held = "as stored" if weights["held"] == weights["stored"] else f"as {weights['held']}"

@@ -124,6 +124,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "kv_tokens": result.kv_tokens,
                 "max_model_len": model.max_model_len,
                 "max_concurrency_at_full_length": result.max_concurrency,
+                "sequences_stated": result.stated_sequences,
                 "fits": result.fits,
                 "image": route.image,
                 "transport": route.kind,
