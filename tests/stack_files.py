@@ -6,6 +6,8 @@ field and the fix, exit 2, and nothing written under --out.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,21 @@ def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "inferstack.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=120
     )
+
+
+def reader_stops_after_one_line(*args: str) -> tuple[bytes, int, bytes]:
+    """Run the CLI into a reader that leaves after the first line, as `inferstack ... | head -1` does: (that line,
+    exit status, stderr). The pipe is shrunk to one page (Linux F_SETPIPE_SZ), so the command is still writing when
+    the reader leaves and meets the broken pipe, however little it prints."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    process = subprocess.Popen([sys.executable, "-m", "inferstack.cli", *args], cwd=REPO, stdout=write_end,
+                               stderr=subprocess.PIPE)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        first = reader.readline()
+    _, stderr = process.communicate(timeout=120)
+    return first, process.returncode, stderr
 
 
 def edited(source: str, *replacements: tuple[str, str]) -> str:

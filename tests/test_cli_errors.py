@@ -7,13 +7,11 @@ and that nothing was rendered.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from stack_files import DEV, REPO, dev_with, one_line_refusal, refused_stack_file, run_cli
+from stack_files import DEV, dev_with, one_line_refusal, reader_stops_after_one_line, refused_stack_file, run_cli
 
 from inferstack.cli import EXIT_BAD_INPUT, EXIT_POLICY_VIOLATION, main
 from inferstack.engine import policy_runner
@@ -189,12 +187,9 @@ def test_a_stack_file_path_needs_no_project_around_it(tmp_path: Path):
 
 @pytest.mark.parametrize("args", [["plan", "dev", "--json"], ["check", "dev", "--format", "json"]], ids=["plan", "check"])
 def test_a_reader_that_stops_early_is_not_a_traceback(args):
-    process = subprocess.Popen([sys.executable, "-m", "inferstack.cli", *args], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout.readline().strip() == b"{"
-    process.stdout.close()
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0 and b"Traceback" not in stderr and b"BrokenPipeError" not in stderr
+    first, status, stderr = reader_stops_after_one_line(*args)
+    assert first.strip() == b"{"
+    assert status == 0 and b"Traceback" not in stderr and b"BrokenPipeError" not in stderr
 
 
 # ----------------------------------------------------------------------------- 3. YAML and JSON stacks

@@ -36,13 +36,11 @@ longest names accepted), a zone letter the region does not have, traffic longer 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from stack_files import DEV, PROD, REPO, edited, refused_by_render_and_plan, run_cli
+from stack_files import DEV, PROD, REPO, edited, reader_stops_after_one_line, refused_by_render_and_plan, run_cli
 
 from inferstack.aws.foundation import AUTONAME_SUFFIX, IAM_ROLE_NAME_MAX, NODE_GROUP_NAME_MAX
 from inferstack.spec import SpecError, StackSpec
@@ -157,7 +155,7 @@ CORPUS: dict[str, Mistake] = {
     "traffic-longer-than-the-context": Mistake(
         "prod.py", edited(PROD, ("mean_input_tokens=1024, mean_output_tokens=256",
                                  "mean_input_tokens=16000, mean_output_tokens=1024")),
-        "models[2].traffic", "a mean request of 16000 + 1024 tokens is longer than max_model_len 16384",
+        "models[2].traffic", "a mean request of 16000 + 1024 tokens is longer than max_model_len 8192",
         "raise max_model_len to 17024 or more"),
     "traffic-longer-than-the-context-yaml": Mistake(
         "dev.yaml", model_yaml("max_model_len: 4096, traffic: {requests_per_second: 1, mean_input_tokens: 4000, "
@@ -320,11 +318,8 @@ def test_a_cluster_without_mode_is_created(tmp_path: Path, file: str, text: str)
     assert [r["inputs"]["cidrBlock"] for r in resources if r["type"] == "aws:ec2/vpc:Vpc"] == ["10.8.0.0/16"]
 
 
-def test_schema_into_a_reader_that_stops_early(tmp_path: Path):
+def test_schema_into_a_reader_that_stops_early():
     """`inferstack schema | head -1`: the reader leaves after one line; the command is done, not a traceback."""
-    process = subprocess.Popen([sys.executable, "-m", "inferstack.cli", "schema"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout.readline().strip() == b"{"
-    process.stdout.close()
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0 and b"Traceback" not in stderr and b"BrokenPipeError" not in stderr
+    first, status, stderr = reader_stops_after_one_line("schema")
+    assert first.strip() == b"{"
+    assert status == 0 and b"Traceback" not in stderr and b"BrokenPipeError" not in stderr
