@@ -83,10 +83,15 @@ def test_the_pack_serves_every_rule_over_grpc_and_reports_violations(analyzer):
         urn="urn:pulumi:prod::inferstack::aws:eks/nodeGroup:NodeGroup::gpus",
         name="gpus",
         properties=_struct(
-            {"instanceTypes": ["p5.48xlarge"], "capacityType": "ON_DEMAND", "scalingConfig": {"minSize": 1, "maxSize": 2}}
+            {"instanceTypes": ["p5.48xlarge"], "capacityType": "ON_DEMAND", "scalingConfig": {"minSize": 1, "maxSize": 2},
+             "labels": {"inferstack.dev/pool": "gpus"}}
         ),
     )
-    stack = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=[group]), timeout=30)
+    provider = analyzer_pb2.AnalyzerResource(  # the budget policy prices nodes in the AWS provider's region
+        type="pulumi:providers:aws", urn="urn:pulumi:prod::inferstack::pulumi:providers:aws::aws", name="aws",
+        properties=_struct({"region": "us-east-1"}),
+    )
+    stack = analyzer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=[provider, group]), timeout=30)
     budget = [d for d in stack.diagnostics if d.policyName == "budget-at-max-scale"]
     assert len(budget) == 1 and "over the budget of $10.00/h" in budget[0].message
 
