@@ -24,7 +24,7 @@ stack = StackSpec(
             name="h100",
             instance_types=["p5.48xlarge"],
             min_nodes=2,
-            max_nodes=6,
+            max_nodes=7,                                          # both 70B services at max replicas
             capacity=CapacitySpec(on_demand_base=2, spot=True),
             efa=True,
         ),

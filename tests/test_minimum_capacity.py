@@ -12,9 +12,10 @@ Upstream rules the checks encode:
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
-from stack_files import DEV, edited, refused_by_render_and_plan
+from stack_files import DEV, PROD, edited, refused_by_render_and_plan
 
 from inferstack.aws.node_pool import plan_node_groups
 from inferstack.spec import StackSpec
@@ -156,3 +157,27 @@ def test_the_cli_refuses_before_anything_renders(tmp_path, edits, path):
     stack_file.write_text(edited(DEV, *edits))
     message = refused_by_render_and_plan(stack_file, tmp_path / "out")
     assert f"{path}:" in message and "To fix:" in message
+
+
+# ---------------------------------------------------------------------------------- at max scale
+
+
+def test_the_plan_warns_when_a_pools_services_cannot_all_reach_max_replicas(tmp_path, capsys):
+    """Not refused: services sharing a pool may overcommit its max on purpose, but what cannot run at once is
+    said. cluster-autoscaler never grows a group beyond its maxSize (kubernetes/autoscaler FAQ.md), so the
+    replicas beyond it stay pending."""
+    from inferstack.cli import main
+
+    # prod's h100 pool at 6 nodes: llama-70b 6 replicas x 4 GPUs + llama-70b-long 2 x 16 = 56 GPUs, 8 a node
+    stack_file = tmp_path / "prod.py"
+    stack_file.write_text(edited(PROD, ("max_nodes=7,                                          # both", "max_nodes=6,  #")))
+    assert main(["plan", str(stack_file), "--json"]) == 0
+    pools = {p["name"]: p for p in json.loads(capsys.readouterr().out)["node_pools"]}
+    assert (pools["h100"]["nodes_for_max_replicas"], pools["h100"]["nodes"]["max"]) == (7, 6)
+    assert pools["l40s"]["nodes_for_max_replicas"] <= pools["l40s"]["nodes"]["max"]
+    assert main(["plan", str(stack_file)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "h100: its models at max replicas need 7 nodes, max_nodes is 6: they cannot all scale to max at once" in text
+    assert "l40s: its models at max replicas" not in text
+    assert main(["plan", "prod"]) == 0
+    assert "at max replicas need" not in capsys.readouterr().out  # the shipped stack holds both at max

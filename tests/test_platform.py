@@ -123,8 +123,8 @@ def test_cluster_queue_quotas_come_from_pool_max_sizes_and_advertised_resources(
     queues = objects_of(render_stack("prod"), "ClusterQueue")
     serving, batch = quotas(queues["serving"]), quotas(queues["batch"])
     assert serving["h100-on-demand"]["nvidia.com/gpu"] == 2 * 8
-    assert serving["h100-spot"]["nvidia.com/gpu"] == 4 * 8
-    assert serving["h100-spot"]["vpc.amazonaws.com/efa"] == 4 * 32
+    assert serving["h100-spot"]["nvidia.com/gpu"] == 5 * 8
+    assert serving["h100-spot"]["vpc.amazonaws.com/efa"] == 5 * 32
     assert serving["a100-mig-on-demand"]["nvidia.com/mig-1g.10gb"] == 2 * 8 * 2
     assert batch["l40s-batch-spot"]["nvidia.com/gpu"] == 8
     assert batch["h100-on-demand"]["nvidia.com/gpu"] == 0  # may borrow it, owns none of it

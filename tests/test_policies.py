@@ -384,13 +384,13 @@ def test_keda_min_above_max_fails(tmp_path, capsys):
 
 def test_keda_max_beyond_what_the_pool_holds_fails(tmp_path, capsys):
     resources = rendered()
-    find(resources, "ScaledObject", "llama-70b")["inputs"]["spec"]["maxReplicaCount"] = 13
+    find(resources, "ScaledObject", "llama-70b")["inputs"]["spec"]["maxReplicaCount"] = 15
     code, report = check(resources, tmp_path, capsys)
     assert code == 1 and failing(report) == {"keda-scaling-bounds"}
     assert (
-        "ScaledObject inference/llama-70b maxReplicaCount 13 for Deployment inference/llama-70b is more than its pool "
-        "can hold: 48 nvidia.com/gpu (prod-h100-on-demand: 2 x 8 + prod-h100-spot: 4 x 8) / 4 per replica = 12 "
-        "replicas. To fix: lower max_replicas to 12" in messages(report, "keda-scaling-bounds")
+        "ScaledObject inference/llama-70b maxReplicaCount 15 for Deployment inference/llama-70b is more than its pool "
+        "can hold: 56 nvidia.com/gpu (prod-h100-on-demand: 2 x 8 + prod-h100-spot: 5 x 8) / 4 per replica = 14 "
+        "replicas. To fix: lower max_replicas to 14" in messages(report, "keda-scaling-bounds")
     )
 
 
@@ -742,7 +742,7 @@ def test_offline_runner_reports_what_the_pulumi_analyzer_reports(tmp_path):
     """The pack's own analyzer servicer (what `pulumi preview --policy-pack` talks to) and the runner agree."""
     resources = rendered()
     find(resources, "Release", "prod-platform-keda-release")["inputs"]["version"] = "^2.20"
-    find(resources, "ScaledObject", "llama-70b")["inputs"]["spec"]["maxReplicaCount"] = 13
+    find(resources, "ScaledObject", "llama-70b")["inputs"]["spec"]["maxReplicaCount"] = 15
     find(resources, "RolePolicy")["inputs"]["policy"] = json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
     config = {"budget-at-max-scale": {"maxUsdPerHour": 100.0}}
     offline = run_policies(resources, "prod", config)

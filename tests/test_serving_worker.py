@@ -115,7 +115,8 @@ def stack() -> StackSpec:
     return StackSpec.model_validate(
         {
             "environment": "test",
-            "node_pools": [{"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1}],
+            "node_pools": [{"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1,
+                            "capacity": {"on_demand_base": 1}}],
             "models": [{"name": "chat", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "l4"}],
             "workers": [{"name": "w", "model_service": "chat", "image": "python:3.13.1-slim", "list_name": "jobs"}],
         }

@@ -103,6 +103,12 @@ def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
                 f"  [yellow]{pool['name']}[/yellow]: its models' min replicas need {pool['nodes_for_min_replicas']} "
                 f"nodes, min scale is {at_min}: the autoscaler adds the rest, which $/h min does not count"
             )
+        if pool["nodes_for_max_replicas"] > pool["nodes"]["max"]:
+            console.print(
+                f"  [yellow]{pool['name']}[/yellow]: its models at max replicas need {pool['nodes_for_max_replicas']} "
+                f"nodes, max_nodes is {pool['nodes']['max']}: they cannot all scale to max at once (the rest stay "
+                "pending). To fix: raise max_nodes or lower max_replicas"
+            )
 
     if plan["placements"]:
         placements = _table(

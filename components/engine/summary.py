@@ -15,6 +15,7 @@ from inferstack.serving import names
 from inferstack.serving.transport import transport
 from inferstack.sizing import GIB, fit
 from inferstack.spec import StackSpec
+from inferstack.spec.capacity import nodes_for_replicas
 from inferstack.spec.pools import PoolHardware
 
 
@@ -68,6 +69,10 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                     for scale, nodes in (("min", baseline), ("max", pool.max_nodes))
                 },
                 "usd_per_hour": {"min": cost.min_usd_per_hour, "max": cost.max_usd_per_hour},
+                # Its services all at max replicas: beyond max_nodes they cannot all be there at once.
+                "nodes_for_max_replicas": nodes_for_replicas(
+                    [(m, m.autoscaling.max_replicas) for m in spec.models if m.pool == pool.name], hardware
+                ),
                 **gpu_slots(hardware),
             }
         )
