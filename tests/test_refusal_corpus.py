@@ -167,7 +167,7 @@ CORPUS: dict[str, Mistake] = {
         "cluster.network.vpc_cidr", "is not an IPv4 CIDR with a prefix from /16 to /24", "write the value in that form"),
     "path-as-written-under-gpu-sharing": Mistake(
         "dev.yaml", yaml_with(("max_nodes: 2}", "max_nodes: 2, gpu_sharing: {mode: time_slicing, replicas: many}}")),
-        "node_pools[0].gpu_sharing.replicas", "Input should be a valid integer", "correct the value's type or range"),
+        "node_pools[0].gpu_sharing.replicas", "Input should be a valid integer", "write a whole number without quotes, e.g. 2"),
     # ---- messages: did you mean, at depth, with the fields of the object the typo sits in
     "misspelt-field-of-system-nodes": Mistake(
         "dev.yaml", YAML + "cluster: {system_nodes: {max_node: 3}}\n",

@@ -182,3 +182,28 @@ def test_the_cli_prints_the_message_as_one_line_and_renders_nothing(tmp_path: Pa
     assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
     assert expected in result.stderr and "To fix:" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _pool(**fields) -> dict:
+    return with_(node_pools=[{**base()["node_pools"][0], **fields}])
+
+
+@pytest.mark.parametrize(
+    ("document", "path", "fix"),
+    [
+        (_pool(max_nodes="two"), "node_pools[0].max_nodes", "write a whole number without quotes, e.g. 2"),
+        (_pool(max_nodes=2.5), "node_pools[0].max_nodes", "write a whole number without quotes, e.g. 2"),
+        (_pool(instance_types="g6.xlarge"), "node_pools[0].instance_types", "write it as a list: [g6.xlarge]"),
+        (_pool(instance_types=[]), "node_pools[0].instance_types", "give at least 1 item"),
+        (_pool(disk_size_gib=10), "node_pools[0].disk_size_gib", "use 50 or more"),
+        (with_(budget={"max_usd_per_hour": -3}), "budget.max_usd_per_hour", "use a value greater than 0"),
+        (with_(models=[{"name": "qwen", "model": "Qwen/Qwen3-8B", "pool": "l4", "gpu_memory_utilization": 1.5}]),
+         "models[0].gpu_memory_utilization", "use 1 or less"),
+        (with_(platform={"keda": "sometimes"}), "platform.keda", "write true or false"),
+    ],
+)
+def test_a_wrong_type_or_range_says_what_to_write(document, path, fix):
+    """pydantic's message says what is wrong; the fix says what to write instead, with the bound to meet."""
+    error = rejection(document)
+    assert error.path == path
+    assert error.fix.startswith(fix), error.fix

@@ -179,6 +179,42 @@ def _pattern_problem(value: object, pattern: str, field: FieldInfo | None) -> tu
     return f"{value!r} is not {sentence}", "write the value in that form"
 
 
+# What to write instead, per pydantic error type (pydantic_core's ErrorType names).
+_TYPE_FIXES = {
+    ("int_parsing", "int_type", "int_from_float"): "write a whole number without quotes, e.g. 2",
+    ("float_parsing", "float_type"): "write a number without quotes, e.g. 0.8",
+    ("bool_parsing", "bool_type"): "write true or false",
+    ("string_type",): "write it as text, in quotes",
+    ("dict_type", "model_type", "model_attributes_type"): "write it as a mapping of its fields (see `inferstack schema`)",
+    ("finite_number",): "write a finite number",
+}
+_RANGE_FIXES = {
+    "greater_than": ("gt", "use a value greater than {}"),
+    "greater_than_equal": ("ge", "use {} or more"),
+    "less_than": ("lt", "use a value less than {}"),
+    "less_than_equal": ("le", "use {} or less"),
+    "too_short": ("min_length", "give at least {} item"),
+    "too_long": ("max_length", "give at most {} item"),
+    "string_too_short": ("min_length", "use at least {} character"),
+    "string_too_long": ("max_length", "use at most {} character"),
+}
+
+
+def _type_or_range_fix(kind: str, ctx: dict, value: object) -> str:
+    """The change that makes a value of the wrong type or out of range valid, with the bound it must meet."""
+    if kind == "list_type":
+        return f"write it as a list: [{value}]" if isinstance(value, (str, int, float)) else "write it as a list"
+    if kind in _RANGE_FIXES:
+        key, text = _RANGE_FIXES[kind]
+        bound = ctx.get(key)
+        fix = text.format(f"{bound:g}" if isinstance(bound, float) else bound)
+        return fix + "s" if fix.endswith(("item", "character")) and bound != 1 else fix
+    for kinds, fix in _TYPE_FIXES.items():
+        if kind in kinds:
+            return fix
+    return "correct the value (`inferstack schema` describes the field)"
+
+
 def describe_validation_error(error: ValidationError, root: type[BaseModel] | None = None) -> SpecError:
     """Turn pydantic's first error into a SpecError; the count of further errors is appended.
 
@@ -230,7 +266,7 @@ def describe_validation_error(error: ValidationError, root: type[BaseModel] | No
         fix = fix or "correct the value"
     else:
         problem = f"{first['msg']} (got {first.get('input')!r})"
-        fix = "correct the value's type or range"
+        fix = _type_or_range_fix(kind, first.get("ctx", {}), first.get("input"))
     seen = {tuple(p.path) for p in places}
     more = len(seen) - 1 - (1 if paired is not None else 0)
     if more > 0:
