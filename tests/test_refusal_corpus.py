@@ -29,8 +29,11 @@ cases or more) are not repeated here; class -> test id:
 Here: a budget below the cost at max, unpinned images, names colliding once derived, names that are not DNS-1035
 where a Service needs them, derived AWS names beyond their limits (and every derived name within its limit at the
 longest names accepted), a zone letter the region does not have, traffic longer than the context, the messages
-(path as written, did-you-mean at depth, a missing field paired with its misspelling, sentences not regexes),
-`inferstack schema` into a reader that stops early, and `cluster` without `mode` planning as a created cluster.
+(path as written, did-you-mean at depth, a missing field paired with its misspelling, sentences not regexes, a
+wrong type or range saying what to write), an online service's minimum replicas beyond the on-demand baseline, no
+node autoscaler with pools at zero (both also in test_minimum_capacity.py), a budget over a type with no price in
+the stack's region, `inferstack schema` into a reader that stops early, and `cluster` without `mode` planning as a
+created cluster.
 """
 
 from __future__ import annotations
@@ -193,6 +196,43 @@ CORPUS: dict[str, Mistake] = {
         "dev.yaml", YAML + "cluster: {network: {availability_zones: [us-east-1]}}\n",
         "cluster.network.availability_zones[0]", "is not an availability zone name: a region and a letter",
         "write the value in that form"),
+    # ---- messages: a wrong type or range says what to write
+    "max-nodes-as-a-word": Mistake(
+        "dev.yaml", yaml_with(("max_nodes: 2}", "max_nodes: two}")),
+        "node_pools[0].max_nodes", "Input should be a valid integer", "write a whole number without quotes"),
+    "instance-types-as-one-string": Mistake(
+        "dev.yaml", yaml_with(("instance_types: [g6.xlarge]", "instance_types: g6.xlarge")),
+        "node_pools[0].instance_types", "Input should be a valid list", "write it as a list: [g6.xlarge]"),
+    # ---- an online service's minimum replicas beyond the on-demand baseline (inferstack.spec.capacity)
+    "dev-online-on-its-spot-pool": Mistake(
+        "dev.py", edited(DEV, ('tier="standard"', 'tier="online"'),
+                         ("min_replicas=0, max_replicas=2, scale_to_zero=True", "min_replicas=1, max_replicas=2")),
+        "node_pools[0].capacity.on_demand_base", "pool 'l4' keeps 0 on-demand nodes at minimum scale",
+        "raise capacity.on_demand_base to 1"),
+    "prod-min-replicas-beyond-the-h100-baseline": Mistake(
+        "prod.py", edited(PROD, ("min_replicas=2, max_replicas=6, metric=\"queue_depth\"",
+                                 "min_replicas=5, max_replicas=6, metric=\"queue_depth\"")),
+        "node_pools[0].capacity.on_demand_base", "llama-70b (5 replicas) need 3 nodes of p5.48xlarge",
+        "raise capacity.on_demand_base to 3"),
+    # ---- no node autoscaler and pools that start at zero nodes (inferstack.spec.capacity)
+    "dev-without-a-node-autoscaler": Mistake(
+        "dev.py", edited(DEV, ("budget=", 'platform={"node_autoscaler": "none"},\n    budget=')),
+        "node_pools[0].min_nodes", "0 with platform.node_autoscaler 'none'", "set platform.node_autoscaler"),
+    "yaml-without-a-node-autoscaler": Mistake(
+        "dev.yaml", YAML + "platform: {node_autoscaler: none}\n",
+        "node_pools[0].min_nodes", "nothing adds nodes to pool 'l4'", "set min_nodes"),
+    # ---- a type with no price in the stack's region refuses a stated budget (inferstack.cost.check_budget)
+    "budget-on-a-type-never-priced": Mistake(
+        "dev.yaml", yaml_with(("region: us-east-1", "region: us-east-2"),
+                              ("instance_types: [g6.xlarge]", "instance_types: [p5e.48xlarge]"),
+                              ("tier: standard}", "tier: standard, max_model_len: 8192}"),
+                              append="budget: {max_usd_per_hour: 500}\n"),
+        "node_pools[0].instance_types[0]", "'p5e.48xlarge' has no on-demand price", "remove budget.max_usd_per_hour"),
+    "budget-on-a-type-unpriced-in-the-region": Mistake(
+        "dev.yaml", yaml_with(("region: us-east-1", "region: ap-south-1"),
+                              ("instance_types: [g6.xlarge]", "instance_types: [g6e.xlarge]"),
+                              append="budget: {max_usd_per_hour: 50}\n"),
+        "node_pools[0].instance_types[0]", "ap-south-1", "budget.max_usd_per_hour"),
 }
 
 
