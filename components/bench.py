@@ -327,7 +327,7 @@ def growth_line(lines: list[dict[str, Any]]) -> dict[str, Any]:
 
 def fixed_mix_line() -> dict[str, Any]:
     """The fixed model mix placed by the planner, the exhaustive optimum and one model per whole GPU."""
-    from inferstack.placement import FIXED_MIX, exhaustive_placement, naive_placement, plan_placement
+    from inferstack.planning.placement import FIXED_MIX, exhaustive_placement, naive_placement, plan_placement
 
     demands, pools = FIXED_MIX.demands(), FIXED_MIX.options()
     line: dict[str, Any] = {
@@ -357,7 +357,7 @@ def fixed_mix_line() -> dict[str, Any]:
 def placement_scale_line() -> dict[str, Any]:
     """The free-form planner alone over the largest generated stack's single-node services with `pool: auto`:
     its time at scale (the tests check only that it places every replica, no dearer than one model per GPU)."""
-    from inferstack.placement import Demand, catalog_options, naive_placement, plan_placement
+    from inferstack.planning.placement import Demand, catalog_options, naive_placement, plan_placement
 
     services = GENERATED_SIZES[-1]
     spec = generate_stack(services)

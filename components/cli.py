@@ -84,7 +84,7 @@ def _add_diff_command(commands) -> None:
 def _diff(args: argparse.Namespace) -> int:
     """Compare the stack now with a render or a revision; 3 when a protected or GPU-serving resource is
     replaced, 0 otherwise, 2 on bad input."""
-    from inferstack.engine import diff
+    from inferstack.presentation import diff
     from inferstack.spec import SpecError
     from inferstack.stacks import StackNotFound, errors_named_by, load_stack, stack_file
 
@@ -119,9 +119,10 @@ def _stacks_dir(given: Path | None, stack: str) -> Path:
     return find_project_root() / "stacks"
 
 
-def _run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], Any, float]:
+    """The plan, the recording and the engine's seconds: kept out of the plan, so a render is the same every time."""
     from inferstack.engine import run_stack
-    from inferstack.engine.summary import build_plan
+    from inferstack.presentation.summary import build_plan
     from inferstack.stacks import errors_named_by, load_stack, stack_file
 
     stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
@@ -130,13 +131,12 @@ def _run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
     with errors_named_by(stack_file(stacks_dir, args.stack)):
         recording = run_stack(spec)
         plan = build_plan(spec, recording)
-    plan["engine_seconds"] = round(time.perf_counter() - started, 3)
-    return spec, plan, recording
+    return plan, recording, round(time.perf_counter() - started, 3)
 
 
 def _check_inputs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
     """(registrations, stack name, pack config) from a stack run on the embedded engine or a resources.json."""
-    from inferstack.engine import policy_runner
+    from inferstack.policies import runner as policy_runner
 
     if args.resources is not None:
         resources = policy_runner.load_resources(args.resources)
@@ -155,7 +155,7 @@ def _check_inputs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, 
 
 def _check(args: argparse.Namespace) -> int:
     """Run every policy of the pack; 1 when a mandatory one is violated, 0 otherwise, 2 on bad input."""
-    from inferstack.engine import policy_runner
+    from inferstack.policies import runner as policy_runner
     from inferstack.spec import SpecError
     from inferstack.stacks import StackNotFound
 
@@ -175,7 +175,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(policy_runner.as_json(results), indent=2))
     else:
-        from inferstack.engine.report import print_policy_results
+        from inferstack.presentation.terminal import print_policy_results
 
         print_policy_results([r.as_dict() for r in results])
     return EXIT_POLICY_VIOLATION if policy_runner.blocking(results) else 0
@@ -221,7 +221,7 @@ def _plan_or_render(args: argparse.Namespace) -> int:
     from inferstack.stacks import StackNotFound
 
     try:
-        _spec, plan, recording = _run(args)
+        plan, recording, engine_seconds = _run(args)
     except (SpecError, StackNotFound) as error:
         print(f"inferstack: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -244,7 +244,7 @@ def _plan_or_render(args: argparse.Namespace) -> int:
         )
         return 0
     if args.html is not None:
-        from inferstack.engine.html import write_html
+        from inferstack.presentation.html import write_html
 
         try:
             write_html(plan, args.html)
@@ -255,9 +255,9 @@ def _plan_or_render(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan, indent=2))
     else:
-        from inferstack.engine.report import print_plan
+        from inferstack.presentation.terminal import print_plan
 
-        print_plan(plan)
+        print_plan(plan, engine_seconds=engine_seconds)
     if violations:
         print(f"inferstack: {violations} mandatory policy violation(s) (listed under Policies): `pulumi up` would "
               "stop, so the plan exits 1 as `inferstack check` does", file=sys.stderr)
@@ -273,7 +273,7 @@ def _mandatory_violations(plan: dict[str, Any]) -> int:
 def _report_blocking(plan: dict[str, Any], outcome: str) -> None:
     from rich.console import Console
 
-    from inferstack.engine.report import print_policy_results
+    from inferstack.presentation.terminal import print_policy_results
 
     print_policy_results(plan["policies"], Console(stderr=True), passing=False)
     print(f"inferstack: {outcome}. To fix: follow each violation's fix, then render again", file=sys.stderr)

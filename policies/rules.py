@@ -1,7 +1,7 @@
 """The inferstack policy pack: every rule, in the order reports list them.
 
 `policies/__main__.py` serves this list to the Pulumi CLI; `inferstack check` runs the very same
-objects offline (inferstack.engine.policy_runner), so the two cannot disagree.
+objects offline (inferstack.policies.runner), so the two cannot disagree.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from inferstack.auto_placement import candidates
-from inferstack.sizing import fit
+from inferstack.planning.auto_placement import candidates
+from inferstack.planning.sizing import fit
 from inferstack.spec import SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
 

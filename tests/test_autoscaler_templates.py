@@ -38,7 +38,7 @@ from inferstack import conventions
 from inferstack.aws.node_template import TEMPLATE_PREFIX
 from inferstack.catalog import instance_type
 from inferstack.engine import run_stack
-from inferstack.engine.policy_runner import run_policies
+from inferstack.policies.runner import run_policies
 from inferstack.engine.recorder import Recording, Registration
 from inferstack.policies.autoscaler_templates import autoscaler_node_templates
 from inferstack.policies.props import quantity

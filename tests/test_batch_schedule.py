@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from inferstack.catalog.replacement import rule_for
 from inferstack.cli import main
-from inferstack.engine.diff import compare_resources
+from inferstack.presentation.diff import compare_resources
 from inferstack.engine import run_stack
 from inferstack.engine.recorder import Recording
 from inferstack.engine.render import kubernetes_objects

@@ -14,7 +14,7 @@ from inferstack import bench
 from inferstack.catalog.measurements import MEASUREMENTS
 from inferstack.engine import run_stack
 from inferstack.engine.mocks import PlanMocks
-from inferstack.engine.policy_runner import blocking, run_policies, spec_policy_config
+from inferstack.policies.runner import blocking, run_policies, spec_policy_config
 from inferstack.engine.recorder import record
 from inferstack.spec import MigSharing, NoSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware

@@ -14,7 +14,7 @@ import pytest
 from stack_files import DEV, dev_with, one_line_refusal, reader_stops_after_one_line, refused_stack_file, run_cli
 
 from inferstack.cli import EXIT_BAD_INPUT, EXIT_POLICY_VIOLATION, main
-from inferstack.engine import policy_runner
+from inferstack.policies import runner as policy_runner
 from inferstack.policies.budget import MAX_USD_PER_HOUR, budget_at_max_scale
 
 

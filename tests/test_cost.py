@@ -19,7 +19,7 @@ import pytest
 from pydantic import ValidationError
 
 from inferstack.catalog import on_demand_price, prices_source
-from inferstack.cost import stack_costs
+from inferstack.planning.cost import stack_costs
 from inferstack.spec import SpecError, StackSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def auto_stack(region: str, pools: list[dict], max_model_len: int) -> dict:
 
 @pytest.mark.parametrize("region", ["us-east-1", "ap-northeast-1", "ap-south-1"])
 def test_auto_placement_prices_each_candidate_in_the_stack_region(region):
-    from inferstack.auto_placement import candidates
+    from inferstack.planning.auto_placement import candidates
     from inferstack.spec.pools import PoolHardware
 
     stack = StackSpec.model_validate(auto_stack(region, [L4], 8192))
@@ -211,7 +211,7 @@ def test_plan_and_render_refuse_a_budget_they_cannot_hold(tmp_path: Path, pools:
 def plans() -> dict[str, dict]:
     """The plans of the example stacks and of one with an unpriced pool outside us-east-1."""
     from inferstack.engine import run_stack
-    from inferstack.engine.summary import build_plan
+    from inferstack.presentation.summary import build_plan
     from inferstack.stacks import load_stack
 
     specs = {name: load_stack(REPO / "stacks", name) for name in ("dev", "prod")}
@@ -220,13 +220,13 @@ def plans() -> dict[str, dict]:
          {"name": "l4", "instance_types": ["g6.xlarge", "g6.4xlarge"], "min_nodes": 1, "max_nodes": 2}],
         region="us-east-2",
     ))
-    return {name: {**build_plan(s, run_stack(s)), "engine_seconds": 1.0} for name, s in specs.items()}
+    return {name: build_plan(s, run_stack(s)) for name, s in specs.items()}
 
 
 def text_at_80_columns(plan: dict) -> str:
     from rich.console import Console
 
-    from inferstack.engine.report import print_plan
+    from inferstack.presentation.terminal import print_plan
 
     console = Console(record=True, width=80)
     print_plan(plan, console)

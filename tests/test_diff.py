@@ -18,7 +18,7 @@ from stack_edits import without_node_autoscaler
 
 from inferstack import cli
 from inferstack.catalog.replacement import RULES, rule_for
-from inferstack.engine import diff
+from inferstack.presentation import diff
 from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
 

@@ -21,7 +21,7 @@ from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_
 from inferstack.conventions import IMAGE_PROVIDES_EFA_ANNOTATION
 from inferstack.engine import run_stack
 from inferstack.engine.render import kubernetes_objects
-from inferstack.engine.summary import placements
+from inferstack.presentation.summary import placements
 from inferstack.serving.transport import transport
 from inferstack.spec import SpecError, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware

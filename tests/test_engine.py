@@ -277,21 +277,20 @@ def test_resources_pulumi_tells_apart_by_urn_get_distinct_names_in_the_recording
     }
     assert "twins-serving-foo-service" in names  # names nothing else shares stay as the program gave them
 
-    from inferstack.engine.summary import time_to_serving
+    from inferstack.presentation.summary import time_to_serving
 
     assert [m["model"] for m in time_to_serving(spec, recording)["models"]] == ["foo"]
 
 
 def test_the_plan_lists_outputs_the_engine_left_unanswered(capsys):
     """A read the mocks cannot answer is not silent in the plan either (the tests above keep the list empty)."""
-    from inferstack.engine.report import print_plan
-    from inferstack.engine.summary import build_plan
+    from inferstack.presentation.terminal import print_plan
+    from inferstack.presentation.summary import build_plan
 
     spec = load_stack(STACKS, "dev").resolved()
     recording = run_stack(spec)
     assert build_plan(spec, recording)["resources"]["unanswered_outputs"] == []
     recording.unanswered = ["aws:ec2/eip:Eip dev-network-nat-eip .allocation_id"]
     plan = build_plan(spec, recording)
-    plan["engine_seconds"] = 0.1
     print_plan(plan)
     assert "left 1 outputs the program reads unanswered" in capsys.readouterr().out.replace("\n", " ")

@@ -19,7 +19,7 @@ from inferstack.aws.node_pool import (
     plan_node_groups,
     render_user_data,
 )
-from inferstack.engine.policy_runner import run_policies
+from inferstack.policies.runner import run_policies
 from inferstack.policies.pools import LAUNCH_TEMPLATE, node_groups
 from inferstack.spec import NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware

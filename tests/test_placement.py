@@ -9,9 +9,9 @@ from collections import defaultdict
 
 import pytest
 
-from inferstack import sizing
+from inferstack.planning import sizing
 from inferstack.catalog import INSTANCE_TYPES, gpu, on_demand_price
-from inferstack.placement import (
+from inferstack.planning.placement import (
     FIXED_MIX,
     PRICE_SCALE,
     Demand,

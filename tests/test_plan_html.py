@@ -15,8 +15,8 @@ import pytest
 
 from inferstack.cli import main
 from inferstack.engine import run_stack
-from inferstack.engine.html import PALETTE, render_html
-from inferstack.engine.summary import build_plan
+from inferstack.presentation.html import PALETTE, render_html
+from inferstack.presentation.summary import build_plan
 from inferstack.stacks import load_stack
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"

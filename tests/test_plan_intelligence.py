@@ -16,11 +16,11 @@ from inferstack.catalog import on_demand_price
 from inferstack.planning.accuracy import accuracy
 from inferstack.planning.service_performance import ASSUMPTIONS, service_estimate
 from inferstack.engine import run_stack
-from inferstack.engine.report import print_plan
-from inferstack.engine.policy_runner import run_policies
-from inferstack.engine.summary import build_plan, graph_resources, time_to_serving
+from inferstack.presentation.terminal import print_plan
+from inferstack.policies.runner import run_policies
+from inferstack.presentation.summary import build_plan, graph_resources, time_to_serving
 from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, budget_at_max_scale
-from inferstack.serving_time import DependencyRule, edges
+from inferstack.planning.serving_time import DependencyRule, edges
 from inferstack.spec import StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack
@@ -151,7 +151,7 @@ def test_a_first_replica_waits_for_its_node_and_weights(stacks):
 def test_each_pool_states_its_nodes_prices_and_spot_discount(stacks):
     spec, _, plan = stacks["prod"]
     for pool in plan["node_pools"]:
-        # A pool may run any of its types: min scale at the cheapest, max scale at the dearest (inferstack.cost).
+        # A pool may run any of its types: min scale at the cheapest, max scale at the dearest (inferstack.planning.cost).
         prices = [on_demand_price(name, spec.region) for name in spec.pool(pool["name"]).instance_types]
         assert pool["on_demand_usd_per_node_hour"] == max(prices)
         capacity = spec.pool(pool["name"]).capacity
@@ -222,9 +222,8 @@ def test_the_plan_and_the_budget_policy_price_every_node_in_the_stack_region(sta
 
 def test_the_text_plan_prints_costs_assumptions_and_times(stacks):
     _, _, plan = stacks["prod"]
-    plan = {**plan, "engine_seconds": 1.0}
     console = Console(record=True, width=240)
-    print_plan(plan, console)
+    print_plan(plan, console, engine_seconds=1.0)
     text = console.export_text()
     fp8 = next(row for row in plan["throughput"]["models"] if row["model"] == "llama-8b-fp8")
     for needle in ("60% off", "$/1M out", f"${fp8['usd_per_million_output_tokens']:.4f}", "Time to serving",

@@ -21,7 +21,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
 from inferstack.cli import main
 from inferstack.engine import run_stack
-from inferstack.engine.policy_runner import _wire, run_policies, spec_policy_config
+from inferstack.policies.runner import _wire, run_policies, spec_policy_config
 from inferstack.engine.recorder import SECRET_SIG, SIG_KEY
 from inferstack.policies.rules import PACK_ENFORCEMENT, PACK_NAME, POLICIES
 from inferstack.stacks import load_stack
@@ -482,7 +482,7 @@ def test_kueue_quota_above_the_flavor_capacity_fails(tmp_path, capsys):
 
 
 def test_a_spec_over_its_budget_is_refused_before_the_policy_runs(tmp_path, capsys):
-    """The cost at max scale is knowable from the spec (inferstack.cost.check_budget), so `check` stops at spec
+    """The cost at max scale is knowable from the spec (inferstack.planning.cost.check_budget), so `check` stops at spec
     time; the policy itself is exercised on rendered resources below."""
     _write_stack(
         tmp_path / "stacks",

@@ -101,7 +101,7 @@ def test_runner_props_equal_what_a_protobuf_struct_carries():
     from google.protobuf import json_format, struct_pb2
 
     from inferstack.engine import run_stack
-    from inferstack.engine.policy_runner import _wire
+    from inferstack.policies.runner import _wire
     from inferstack.stacks import load_stack
 
     recording = run_stack(load_stack(Path(__file__).resolve().parents[1] / "stacks", "prod"))

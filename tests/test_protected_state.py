@@ -25,7 +25,7 @@ from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
 
 from aws_recording import build, run
 from inferstack.engine.mocks import PlanMocks
-from inferstack.engine.policy_runner import load_resources, run_policies
+from inferstack.policies.runner import load_resources, run_policies
 from inferstack.engine.recorder import record
 from inferstack.engine.render import write_render
 

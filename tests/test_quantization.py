@@ -9,7 +9,7 @@ import pytest
 
 from inferstack.catalog import gpu
 from inferstack.catalog.models import CHECKPOINTS
-from inferstack.quantization import ONLINE_FP8, describe, is_online, kernel, satisfies, served_format
+from inferstack.planning.quantization import ONLINE_FP8, describe, is_online, kernel, satisfies, served_format
 from inferstack.spec import CheckpointFormat, ModelServiceSpec
 
 

@@ -78,7 +78,7 @@ class Mistake:
 
 
 CORPUS: dict[str, Mistake] = {
-    # ---- budget below the cost at max scale (inferstack.cost.check_budget)
+    # ---- budget below the cost at max scale (inferstack.planning.cost.check_budget)
     "dev-budget-below-cost-at-max": Mistake(
         "dev.py", edited(DEV, ('"max_usd_per_hour": 5.0', '"max_usd_per_hour": 0.5')),
         "budget.max_usd_per_hour", "over the budget of $0.50/h", "raise budget.max_usd_per_hour to at least"),
@@ -221,7 +221,7 @@ CORPUS: dict[str, Mistake] = {
     "yaml-without-a-node-autoscaler": Mistake(
         "dev.yaml", YAML + "platform: {node_autoscaler: none}\n",
         "node_pools[0].min_nodes", "nothing adds nodes to pool 'l4'", "set min_nodes"),
-    # ---- a type with no price in the stack's region refuses a stated budget (inferstack.cost.check_budget)
+    # ---- a type with no price in the stack's region refuses a stated budget (inferstack.planning.cost.check_budget)
     "budget-on-a-type-never-priced": Mistake(
         "dev.yaml", yaml_with(("region: us-east-1", "region: us-east-2"),
                               ("instance_types: [g6.xlarge]", "instance_types: [p5e.48xlarge]"),

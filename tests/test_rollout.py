@@ -23,11 +23,11 @@ from kube_validation import assert_valid
 from rich.console import Console
 
 from inferstack.engine.render import kubernetes_objects
-from inferstack.engine.report import print_rollouts
-from inferstack.engine.summary import rollouts
+from inferstack.presentation.terminal import print_rollouts
+from inferstack.presentation.summary import rollouts
 from inferstack.rollout import rollout
 from inferstack.serving.pods import gpu_requests
-from inferstack.sizing import load_seconds
+from inferstack.planning.sizing import load_seconds
 from inferstack.spec import AutoscalingSpec, BatchJobSpec, CapacitySpec, ModelServiceSpec, NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack

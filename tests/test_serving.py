@@ -16,7 +16,7 @@ from inferstack.engine.recorder import record
 from inferstack.engine.render import helm_releases, kubernetes_objects
 from inferstack.helm import helm_release
 from inferstack.serving.serving import Serving, ServingArgs
-from inferstack.sizing import load_seconds
+from inferstack.planning.sizing import load_seconds
 from inferstack.spec import SpecError, StackSpec
 from inferstack.stacks import load_stack
 

@@ -16,7 +16,7 @@ from inferstack.catalog import INSTANCE_TYPES
 from inferstack.catalog.measurements import MEASUREMENTS
 from inferstack.catalog.models import model_facts
 from inferstack.planning.accuracy import accuracy, compare, comparisons
-from inferstack.quantization import kernel_family
+from inferstack.planning.quantization import kernel_family
 from inferstack.planning.accuracy import service_for
 
 COUNTED = [m for m in MEASUREMENTS if m.held_out is None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack.serving_time import (
+from inferstack.planning.serving_time import (
     CREATION_TIMES,
     Edge,
     creation_key,

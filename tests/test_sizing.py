@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from inferstack.sizing import GIB, checkpoint_bytes, fit, load_seconds, weights_bytes
+from inferstack.planning.sizing import GIB, checkpoint_bytes, fit, load_seconds, weights_bytes
 from inferstack.spec import ModelServiceSpec, NodePoolSpec, SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
 

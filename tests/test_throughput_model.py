@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from inferstack import sizing
+from inferstack.planning import sizing
 from inferstack.planning.engine_step import (
     ASSUMPTIONS,
     KERNELS,
@@ -17,7 +17,7 @@ from inferstack.planning.engine_step import (
 )
 from inferstack.planning.load import Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.service_performance import engine_for, service_estimate
-from inferstack.quantization import kernel_family
+from inferstack.planning.quantization import kernel_family
 from inferstack.spec.models import LatencySlo, ModelServiceSpec, NodePoolSpec, TrafficSpec
 from inferstack.spec.pools import PoolHardware
 

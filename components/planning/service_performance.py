@@ -15,8 +15,8 @@ from inferstack.catalog import on_demand_price
 from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
 from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
-from inferstack.quantization import kernel_family
-from inferstack.sizing import fit, scheduler_defaults
+from inferstack.planning.quantization import kernel_family
+from inferstack.planning.sizing import fit, scheduler_defaults
 from inferstack.spec.models import (
     LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec,
 )

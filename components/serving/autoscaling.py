@@ -23,7 +23,7 @@ from pulumi_kubernetes.apiextensions import CustomResource
 
 from inferstack.serving import pods
 from inferstack.serving.model_service import ScaleTarget
-from inferstack.sizing import load_seconds
+from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"

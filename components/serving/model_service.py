@@ -31,7 +31,7 @@ from inferstack.rollout import rollout
 from inferstack.serving import names, pods
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
-from inferstack.sizing import load_seconds
+from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
 from inferstack.weights.prefetch import PIN_SCRIPT, pool_cache_budget_bytes, render_pin_script, render_prefetch_script

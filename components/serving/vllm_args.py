@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from inferstack.quantization import vllm_quantization
+from inferstack.planning.quantization import vllm_quantization
 from inferstack.spec import ModelServiceSpec, MpsSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 

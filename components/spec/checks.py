@@ -38,7 +38,7 @@ RESERVED_LABELS = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
 
 def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     """Check the whole stack; return its model services with any `auto` placement decided."""
-    from inferstack.auto_placement import resolve_models  # it sizes with the spec package loaded
+    from inferstack.planning.auto_placement import resolve_models  # it sizes with the spec package loaded
 
     _unique_names(spec)
     _check_object_names(spec)
@@ -59,7 +59,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     check_minimum_capacity(spec, models, pools)
     _check_zones_exist(spec)  # before the network layout, which would only say a made-up zone has no address slot
     _check_aws_names(spec)
-    from inferstack.cost import check_budget  # cost reads the spec package
+    from inferstack.planning.cost import check_budget  # cost reads the spec package
 
     check_budget(spec)
     return models
@@ -102,7 +102,7 @@ def _check_auto_fields(spec: StackSpec, index: int, pools: dict[str, PoolHardwar
 
 def _check_quantization(spec: StackSpec, index: int) -> None:
     """The checkpoint's stored format is a fact; the service's quantization must be one vLLM can serve from it."""
-    from inferstack.quantization import describe, refusal
+    from inferstack.planning.quantization import describe, refusal
 
     model = spec.models[index]
     catalog = catalog_stored_format(model.model) or (SIXTEEN_BIT if model.model in MODELS else None)
@@ -576,7 +576,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
     _check_placement(spec, path, model, hardware)
     _check_engine_limits(path, model, hardware)
     _check_efa_image(path, model, hardware)
-    from inferstack.sizing import check_fit  # sizing imports the spec package; import once it is loaded
+    from inferstack.planning.sizing import check_fit  # sizing imports the spec package; import once it is loaded
 
     check_fit(path, model, hardware)
     _check_cache_budget(path, model, hardware)
@@ -624,7 +624,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
 
 def _check_engine_limits(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
     """vLLM 0.33 `SchedulerConfig.verify_max_model_len` (vllm/config/scheduler.py) refuses to start with these."""
-    from inferstack.sizing import scheduler_defaults
+    from inferstack.planning.sizing import scheduler_defaults
 
     tokens = model.max_num_batched_tokens
     generates = model.resolved_architecture.task == "generate"  # pooling models leave chunked prefill to vLLM
@@ -681,7 +681,7 @@ def _check_scaling_room(path: str, model: ModelServiceSpec, hardware: PoolHardwa
 
 def _check_cache_budget(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
     """The checkpoint must fit the node's weights cache, or every pre-fetch on the pool fails at start."""
-    from inferstack.sizing import GIB, checkpoint_bytes
+    from inferstack.planning.sizing import GIB, checkpoint_bytes
     from inferstack.weights.prefetch import pool_cache_budget_bytes
 
     stored, budget = checkpoint_bytes(model), pool_cache_budget_bytes(hardware)

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Mapping, Sequence
 
 from inferstack.catalog import INSTANCE_TYPES, Gpu, MigProfile, gpu as catalog_gpu, instance_type, on_demand_price
-from inferstack.sizing import Fit, fit, kv_bytes_per_token, parallelism_problem, weights_bytes
+from inferstack.planning.sizing import Fit, fit, kv_bytes_per_token, parallelism_problem, weights_bytes
 from inferstack.spec.models import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
 

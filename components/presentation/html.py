@@ -19,8 +19,8 @@ from typing import Any
 
 import jinja2
 
-from inferstack.engine.report import REPLICA_PARTS, duration
-from inferstack.engine.summary import Cell, pack
+from inferstack.presentation.terminal import REPLICA_PARTS, duration
+from inferstack.presentation.summary import Cell, pack
 
 # Distinct fills for models (text stays dark on all of them); a model keeps its colour across the page.
 PALETTE = (

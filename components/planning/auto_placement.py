@@ -4,7 +4,7 @@ Each auto service takes the cheapest device that holds its weights plus the KV c
 context x concurrency (max_model_len x max_num_seqs, or one sequence), priced as its share of a node
 (whole GPUs, a MIG slice by compute slices, or a time-sliced/MPS share), within what the pool can
 still hold at max scale after the services placed explicitly. Larger services choose first, so small
-ones pack into the slices and shares that are left. `inferstack.placement` is the free-form planner
+ones pack into the slices and shares that are left. `inferstack.planning.placement` is the free-form planner
 (it also chooses node types and MIG layouts); here the pools and their layouts are given by the spec.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferstack.catalog import on_demand_price
-from inferstack.sizing import fit, parallelism_problem, weights_bytes
+from inferstack.planning.sizing import fit, parallelism_problem, weights_bytes
 from inferstack.spec.errors import SpecError, quoted
 from inferstack.spec.models import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
 from inferstack.spec.pools import WHOLE_GPU, PoolHardware

@@ -32,7 +32,7 @@ def load_render(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     resources_file, plan_file = folder / "resources.json", folder / "plan.json"
     if not resources_file.is_file():
         raise DiffInputError(f"{folder} holds no resources.json: write one with `inferstack render <stack> --out {folder}`")
-    from inferstack.engine.policy_runner import CheckInputError, load_plan, load_resources
+    from inferstack.policies.runner import CheckInputError, load_plan, load_resources
 
     try:  # the readers `inferstack check --resources` uses: the same shapes refused the same way
         resources = load_resources(resources_file)
@@ -71,7 +71,7 @@ def stack_file_at(stacks_dir: Path, stack: str, revision: str, into: Path) -> Pa
 def run_spec(spec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(resources, plan) of a spec run on the embedded engine, as `inferstack render` writes them."""
     from inferstack.engine import run_stack
-    from inferstack.engine.summary import build_plan
+    from inferstack.presentation.summary import build_plan
 
     recording = run_stack(spec)
     return [r.as_dict() for r in recording.resources], build_plan(spec, recording)

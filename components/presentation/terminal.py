@@ -62,12 +62,13 @@ def _fits(row: dict[str, Any]) -> str:
     return f"[yellow]{row['max_concurrency_at_full_length']} of {row['sequences_stated']}[/yellow]"
 
 
-def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
+def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seconds: float | None = None) -> None:
     console = console or Console()
     resources = plan["resources"]
+    engine = "" if engine_seconds is None else f", engine {engine_seconds} s"
     console.print(
         f"[bold]Stack {plan['stack']}[/bold] ({plan['region']}): {resources['total']} resources in "
-        f"{resources['components']} components, engine {plan['engine_seconds']} s"
+        f"{resources['components']} components{engine}"
     )
     for layer, kinds in resources["by_layer"].items():
         counts = ", ".join(f"{n} {t.split(':')[-1]}" for t, n in kinds.items())

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from inferstack.catalog.models import checkpoints_of, vocabulary_facts
-from inferstack.quantization import describe, served_format, satisfies
+from inferstack.planning.quantization import describe, served_format, satisfies
 from inferstack.spec import CheckpointFormat, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
 from inferstack.spec.models import catalog_stored_format
 from inferstack.spec.errors import SpecError

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
-from inferstack.cost import nodes_at, stack_costs
+from inferstack.planning.cost import nodes_at, stack_costs
 from inferstack.engine.recorder import Recording
 from inferstack.serving import names
 from inferstack.serving.transport import transport
-from inferstack.sizing import GIB, fit
+from inferstack.planning.sizing import GIB, fit
 from inferstack.spec import StackSpec
 from inferstack.spec.capacity import nodes_for_replicas
 from inferstack.spec.pools import PoolHardware
@@ -97,8 +97,8 @@ def gpu_slots(hardware: PoolHardware) -> dict[str, Any]:
 
 def weights_format(model, hardware: PoolHardware) -> dict[str, Any]:
     """How the checkpoint stores the weights, what the GPU holds, what is downloaded and the kernel it implies."""
-    from inferstack.quantization import describe, is_online, kernel, served_format
-    from inferstack.sizing import checkpoint_bytes
+    from inferstack.planning.quantization import describe, is_online, kernel, served_format
+    from inferstack.planning.sizing import checkpoint_bytes
 
     return {
         "stored": describe(model.stored_format),
@@ -269,8 +269,8 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     """From an empty account to each model's first ready replica: the program's longest chain of waits and
     its lower bound without needless ones (serving_time.DependencyRule), plus the waits a pod has in the
     cluster (its pool's nodes, the GPU operator, the EFA plugin, a scale-up, KEDA, its S3 credentials)."""
-    from inferstack import serving_time as st
-    from inferstack.sizing import checkpoint_bytes
+    from inferstack.planning import serving_time as st
+    from inferstack.planning.sizing import checkpoint_bytes
 
     resources = graph_resources(recording)
     by_chart: dict[str, str] = {}
@@ -486,7 +486,7 @@ def nodes_for_min_replicas(plan: dict[str, Any], pool: dict[str, Any]) -> int:
 
 def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]]:
     """The policy pack over what the program registered, as `inferstack check` reports it."""
-    from inferstack.engine.policy_runner import run_policies, spec_policy_config
+    from inferstack.policies.runner import run_policies, spec_policy_config
 
     resources = [r.as_dict() for r in recording.resources]
     return [r.as_dict() for r in run_policies(resources, spec.environment, spec_policy_config(spec))]
