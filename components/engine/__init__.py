@@ -1,4 +1,9 @@
-"""The embedded engine: the Pulumi program run offline under Pulumi's mock runtime."""
+"""The embedded engine: the Pulumi program run offline under Pulumi's mock runtime, and the render it writes.
+
+mocks.py answers each resource as its provider would, recorder.py records what the program registers and reads,
+render.py writes resources.json, the Kubernetes objects, the Helm releases and the plan it is given. It imports
+Pulumi and the program; never `inferstack.presentation`, which reads its recordings (tests/test_layout.py).
+"""
 
 from __future__ import annotations
 
