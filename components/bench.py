@@ -327,7 +327,9 @@ def growth_line(lines: list[dict[str, Any]]) -> dict[str, Any]:
 
 def fixed_mix_line() -> dict[str, Any]:
     """The fixed model mix placed by the planner, the exhaustive optimum and one model per whole GPU."""
-    from inferstack.planning.placement import FIXED_MIX, exhaustive_placement, naive_placement, plan_placement
+    from inferstack.planning.demand import FIXED_MIX
+    from inferstack.planning.placement import plan_placement
+    from inferstack.planning.placement_yardsticks import exhaustive_placement, naive_placement
 
     demands, pools = FIXED_MIX.demands(), FIXED_MIX.options()
     line: dict[str, Any] = {
@@ -357,7 +359,9 @@ def fixed_mix_line() -> dict[str, Any]:
 def placement_scale_line() -> dict[str, Any]:
     """The free-form planner alone over the largest generated stack's single-node services with `pool: auto`:
     its time at scale (the tests check only that it places every replica, no dearer than one model per GPU)."""
-    from inferstack.planning.placement import Demand, catalog_options, naive_placement, plan_placement
+    from inferstack.planning.demand import Demand, catalog_options
+    from inferstack.planning.placement import plan_placement
+    from inferstack.planning.placement_yardsticks import naive_placement
 
     services = GENERATED_SIZES[-1]
     spec = generate_stack(services)

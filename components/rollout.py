@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from inferstack.serving.batch_model import batch_model
 from inferstack.serving.pods import gpu_requests
-from inferstack.planning.serving_time import CREATION_TIMES
+from inferstack.planning.creation_times import CREATION_TIMES
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware

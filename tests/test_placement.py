@@ -11,7 +11,7 @@ import pytest
 
 from inferstack.planning import sizing
 from inferstack.catalog import INSTANCE_TYPES, gpu, on_demand_price
-from inferstack.planning.placement import (
+from inferstack.planning.demand import (
     FIXED_MIX,
     PRICE_SCALE,
     Demand,
@@ -19,10 +19,9 @@ from inferstack.planning.placement import (
     PlacementError,
     PoolOption,
     catalog_options,
-    exhaustive_placement,
-    naive_placement,
-    plan_placement,
 )
+from inferstack.planning.placement import plan_placement
+from inferstack.planning.placement_yardsticks import exhaustive_placement, naive_placement
 from inferstack.spec.models import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
 

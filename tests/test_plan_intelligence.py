@@ -1,7 +1,7 @@
 """The plan's answers: cost per pool and per million tokens, and time to serving over the real programs.
 
 The time-to-serving test is the contract on the layers: every wait the dev and prod programs impose must
-be required by serving_time.DependencyRule, so each model's longest chain equals its lower bound.
+be required by dependency_rule.DependencyRule, so each model's longest chain equals its lower bound.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from inferstack.presentation.terminal import print_plan
 from inferstack.policies.runner import run_policies
 from inferstack.presentation.summary import build_plan, graph_resources, time_to_serving
 from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, budget_at_max_scale
-from inferstack.planning.serving_time import DependencyRule, edges
+from inferstack.planning.dependency_rule import DependencyRule
+from inferstack.planning.serving_time import edges
 from inferstack.spec import StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack

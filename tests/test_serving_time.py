@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack.planning.serving_time import (
-    CREATION_TIMES,
-    Edge,
-    creation_key,
-    replica_ready_seconds,
-    time_to_serving,
-    typical_seconds,
-)
+from inferstack.planning.creation_times import CREATION_TIMES, creation_key, replica_ready_seconds, typical_seconds
+from inferstack.planning.serving_time import Edge, time_to_serving
 
 SECONDS = {"cluster": 900, "gpu-nodes": 180, "ns": 2, "gpu-operator": 180, "monitoring": 300, "llama": 600}
 

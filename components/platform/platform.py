@@ -1,6 +1,6 @@
 """The cluster platform: every add-on the serving layer builds on, installed in parallel.
 
-Only the waits that are required are expressed (serving_time.DependencyRule): the GPU operator and the
+Only the waits that are required are expressed (dependency_rule.DependencyRule): the GPU operator and the
 EFA device plugin wait for the GPU node pools (their DaemonSets run there), controllers run on the
 system nodes (the Kubernetes provider waits for those), and each custom resource waits for the release
 that installs its CRD. Nothing else is serialised.

@@ -252,7 +252,7 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
     }
 
 
-# Charts of the releases a pod of a model waits for once it exists (serving_time.installer names them).
+# Charts of the releases a pod of a model waits for once it exists (dependency_rule.installer names them).
 GPU_OPERATOR, EFA_PLUGIN, CLUSTER_AUTOSCALER = "gpu-operator", "aws-efa-k8s-device-plugin", "cluster-autoscaler"
 WORKLOAD_TYPES = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
 REPLICA_TYPE = "inferstack:serving:FirstReplica"   # not a resource: the moment a model's first replica is ready
@@ -267,9 +267,11 @@ def graph_resources(recording: Recording) -> list[dict[str, Any]]:
 
 def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     """From an empty account to each model's first ready replica: the program's longest chain of waits and
-    its lower bound without needless ones (serving_time.DependencyRule), plus the waits a pod has in the
+    its lower bound without needless ones (dependency_rule.DependencyRule), plus the waits a pod has in the
     cluster (its pool's nodes, the GPU operator, the EFA plugin, a scale-up, KEDA, its S3 credentials)."""
     from inferstack.planning import serving_time as st
+    from inferstack.planning.creation_times import CREATION_TIMES, creation_key, replica_parts, typical_seconds
+    from inferstack.planning.dependency_rule import DependencyRule, installer
     from inferstack.planning.sizing import checkpoint_bytes
 
     resources = graph_resources(recording)
@@ -281,7 +283,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     reader = (spec.serving_namespace, MODEL_READER_SERVICE_ACCOUNT)
     for r in resources:
         inputs = r["inputs"]
-        if (chart := st.installer(r)) is not None:
+        if (chart := installer(r)) is not None:
             by_chart.setdefault(chart, r["name"])
         if r["type"] in WORKLOAD_TYPES:
             metadata = inputs.get("metadata") or {}
@@ -322,18 +324,18 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         replicas[replica] = {
             "model": model,
             "new_node": scale_up,
-            "parts": st.replica_parts(weights, "s3", new_node=scale_up),
+            "parts": replica_parts(weights, "s3", new_node=scale_up),
             "weights_seconds": {
-                source: round(weights / (st.CREATION_TIMES[f"weights_{source}_gb_per_s"].seconds * 1e9), 1)
+                source: round(weights / (CREATION_TIMES[f"weights_{source}_gb_per_s"].seconds * 1e9), 1)
                 for source in ("s3", "nvme")
             },
         }
 
     def seconds(resource: st.Resource) -> float:
         replica = replicas.get(resource["name"])
-        return sum(s for _, s in replica["parts"]) if replica else st.typical_seconds(resource)
+        return sum(s for _, s in replica["parts"]) if replica else typical_seconds(resource)
 
-    rule = st.DependencyRule(resources)
+    rule = DependencyRule(resources)
     result = st.time_to_serving(resources, targets, required=rule, seconds=seconds, runtime=runtime)
     by_name = {r["name"]: r for r in resources}
 
@@ -342,7 +344,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             {
                 "name": step.name, "type": step.type, "seconds": round(step.seconds, 1),
                 "start": round(step.finish - step.seconds, 1), "finish": round(step.finish, 1),
-                "creation_time": "first_replica" if step.name in replicas else st.creation_key(by_name[step.name]),
+                "creation_time": "first_replica" if step.name in replicas else creation_key(by_name[step.name]),
             }
             for step in found.steps
         ]
@@ -374,7 +376,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         ],
         "creation_times": [
             {"key": t.key, "seconds": t.seconds, "measured": t.measured, "source": t.source}
-            for t in st.CREATION_TIMES.values() if t.key in used
+            for t in CREATION_TIMES.values() if t.key in used
         ],
     }
 

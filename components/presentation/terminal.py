@@ -290,7 +290,7 @@ def print_time_to_serving(times: dict[str, Any], console: Console) -> None:
     if times["needless_edges"]:
         console.print(
             f"  [yellow]{len(times['needless_edges'])} needless waits[/yellow] "
-            "(not required by serving_time.DependencyRule):"
+            "(not required by dependency_rule.DependencyRule):"
         )
         for edge in times["needless_edges"]:
             line = f"    {edge['dependent']} waits for {edge['dependency']} ({edge['kind']})"
@@ -302,7 +302,7 @@ def print_time_to_serving(times: dict[str, Any], console: Console) -> None:
         f"({'measured' if t['measured'] else 'estimate'})"
         for t in times["creation_times"]
     )
-    console.print(f"  typical times (sources in components/serving_time.py and plan.json): {used}",
+    console.print(f"  typical times (sources in components/planning/creation_times.py and plan.json): {used}",
                   markup=False, highlight=False, soft_wrap=True)
 
 

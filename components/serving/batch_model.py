@@ -6,7 +6,7 @@ component uses the same result.
 
 from __future__ import annotations
 
-from inferstack.planning.sizing import check_fit
+from inferstack.planning.fit_refusal import check_fit
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware

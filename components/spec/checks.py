@@ -576,7 +576,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
     _check_placement(spec, path, model, hardware)
     _check_engine_limits(path, model, hardware)
     _check_efa_image(path, model, hardware)
-    from inferstack.planning.sizing import check_fit  # sizing imports the spec package; import once it is loaded
+    from inferstack.planning.fit_refusal import check_fit  # it imports the spec package; import once that is loaded
 
     check_fit(path, model, hardware)
     _check_cache_budget(path, model, hardware)

@@ -1,0 +1,166 @@
+"""Why a model service does not fit its pool, and the single changes that would make it fit.
+
+`check_fit` refuses at spec time a service vLLM could not start (weights too large, or not one
+full-length sequence in the KV cache) with sizing's numbers and the options `fit_options` finds:
+lower precision, more GPUs, a larger slice or share of the GPU, a shorter context.
+"""
+
+from __future__ import annotations
+
+from inferstack.catalog.models import checkpoints_of
+from inferstack.planning.quantization import describe, served_format, satisfies
+from inferstack.planning.sizing import GIB, Fit, device_memory_bytes, fit, parallelism_problem, weights_bytes
+from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
+from inferstack.spec.errors import SpecError
+from inferstack.spec.models import catalog_stored_format
+from inferstack.spec.pools import PoolHardware
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def device_name(model: ModelServiceSpec, hardware: PoolHardware) -> str:
+    sharing = hardware.spec.gpu_sharing
+    if isinstance(sharing, MigSharing):
+        return f"{hardware.gpu.name} MIG slice {model.mig_profile or next(iter(sharing.layout))}"
+    if isinstance(sharing, (TimeSlicing, MpsSharing)):
+        return f"1/{sharing.replicas} of a {hardware.gpu.name} ({sharing.mode})"
+    return hardware.gpu.name
+
+
+def _valid_tensor_parallel(model: ModelServiceSpec, per_node: int) -> list[int]:
+    return [
+        tp for tp in range(1, per_node + 1)
+        if per_node % tp == 0 and parallelism_problem(model.model_copy(update={"tensor_parallel": tp})) is None
+    ]
+
+
+def _describe(result: Fit) -> str:
+    return f"{result.max_concurrency} x {result.max_model_len}-token sequences"
+
+
+def precision_options(model: ModelServiceSpec) -> list[tuple[dict, str]]:
+    """Weight-precision changes vLLM can serve, as (spec update, what it is), fewest bytes given up first:
+    online FP8 of a 16-bit checkpoint, then the catalog's checkpoints of the same base model that hold
+    fewer bytes (8-bit before 4-bit). Never a quantization the checkpoint cannot satisfy."""
+    held = weights_bytes(model)
+    options: list[tuple[dict, str]] = []
+    if model.stored_format.weight_bits == 16 and model.quantization != "fp8":
+        options.append(({"quantization": "fp8"}, "quantized online by vLLM at load"))
+    smaller = []
+    for name in checkpoints_of(model.model):
+        stored = catalog_stored_format(name)
+        update = {"model": name} if satisfies(stored, model.quantization) else {"model": name, "quantization": "auto"}
+        candidate_bytes = weights_bytes(model.model_copy(update=update))
+        if candidate_bytes < held:
+            smaller.append((-candidate_bytes, name, update, f"the catalog's checkpoint stored as {describe(stored)}"))
+    options += [(update, what) for _, _, update, what in sorted(smaller)]
+    return options
+
+
+def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
+    """Single changes that make the model fit, cheapest first within each kind, with what each gives."""
+    options: list[str] = []
+    sharing = hardware.spec.gpu_sharing
+
+    # Lower precision: KV cache first (no new checkpoint needed), then the weights.
+    kv = [{"kv_cache_dtype": "fp8"}] if model.kv_cache_dtype == "auto" else []
+    candidates: list[tuple[dict, str | None]] = [(update, None) for update in kv]
+    for update, what in precision_options(model):
+        candidates += [(update, what)] + [({**update, **extra}, what) for extra in kv]
+    for update, what in candidates:
+        result = fit(model.model_copy(update=update), hardware)
+        if result.starts:
+            change = ", ".join(f"{k} {v!r}" for k, v in update.items())
+            note = f" ({what})" if what else ""
+            options.append(f"lower precision: {change}{note} gives {_describe(result)}")
+            break
+
+    # More GPUs: tensor parallel inside a node, then pipeline stages across nodes.
+    whole = hardware
+    if not isinstance(sharing, NoSharing):
+        whole = PoolHardware(hardware.spec.model_copy(update={"gpu_sharing": NoSharing()}))
+    layouts = sorted(
+        ((tp, pp) for tp in _valid_tensor_parallel(model, whole.gpus_per_node)
+         for pp in range(1, max(hardware.spec.max_nodes, 1) + 1)),
+        key=lambda layout: (layout[0] * layout[1], layout[1]),
+    )
+    for tp, pp in layouts:
+        if (tp, pp) == (model.tensor_parallel, model.pipeline_parallel) and whole is hardware:
+            continue
+        if tp * pp < model.gpus_per_replica:
+            continue
+        candidate = model.model_copy(update={"tensor_parallel": tp, "pipeline_parallel": pp, "mig_profile": None})
+        result = fit(candidate, whole)
+        if result.starts:
+            where = "" if whole is hardware else f" on a pool of whole {hardware.gpu.name}s"
+            options.append(
+                f"more GPUs: tensor_parallel {tp}, pipeline_parallel {pp} ({tp * pp} GPU{'s' if tp * pp > 1 else ''})"
+                f"{where} gives {_describe(result)}"
+            )
+            break
+
+    # A larger slice of the GPU.
+    if isinstance(sharing, MigSharing):
+        size = device_memory_bytes(model, hardware)
+        for profile in sorted(hardware.gpu.mig_profiles, key=lambda p: (p.memory_gb, p.compute_slices)):
+            if profile.memory_gb * 10**9 <= size or "+" in profile.name:
+                continue
+            result = fit(model.model_copy(update={"mig_profile": profile.name}), hardware)
+            if result.starts:
+                layout = "" if profile.name in sharing.layout else " (add it to the pool's MIG layout)"
+                options.append(f"larger slice: mig_profile {profile.name!r}{layout} gives {_describe(result)}")
+                break
+    elif isinstance(sharing, (TimeSlicing, MpsSharing)):
+        for replicas in range(sharing.replicas - 1, 1, -1):
+            fewer = sharing.model_copy(update={"replicas": replicas})
+            shared = PoolHardware(hardware.spec.model_copy(update={"gpu_sharing": fewer}))
+            result = fit(model, shared)
+            if result.starts:
+                options.append(f"larger share: {sharing.mode} replicas {replicas} per GPU gives {_describe(result)}")
+                break
+
+    # A shorter context, when the weights fit at all.
+    result = fit(model, hardware)
+    if result.weights_fit and result.kv_tokens >= 128 and not result.starts:
+        options.append(f"shorter context: max_model_len {result.kv_tokens} or less (1 sequence at a time)")
+    return options
+
+
+def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """Raise SpecError when vLLM could not start this service on its pool, with the numbers and the options."""
+    problem = parallelism_problem(model)
+    if problem is not None:
+        valid = _valid_tensor_parallel(model, hardware.gpus_per_node)
+        raise SpecError(f"{path}.tensor_parallel", problem, f"use tensor_parallel in {valid}")
+    result = fit(model, hardware)
+    if result.starts:
+        return
+    device = device_name(model, hardware)
+    budget = (
+        f"a {device} gives {_gib(result.budget_bytes_per_device)} at gpu_memory_utilization "
+        f"{model.gpu_memory_utilization}"
+    )
+    if not result.weights_fit:
+        served = served_format(model)
+        precision = model.dtype if served.weight_bits == 16 else describe(served)
+        where = f"{precision} weights of {_gib(result.weights_bytes)}"
+        problem = (
+            f"{model.model} does not fit: {where} over {result.devices} device(s) need "
+            f"{_gib(result.weights_bytes_per_device)} each plus {_gib(result.reserve_bytes_per_device)} runtime "
+            f"reserve, but {budget}"
+        )
+        field = "quantization"
+    else:
+        problem = (
+            f"{model.model} leaves {_gib(result.kv_cache_bytes_per_device)} per device for the KV cache "
+            f"({budget}; weights {_gib(result.weights_bytes_per_device)}, reserve "
+            f"{_gib(result.reserve_bytes_per_device)}): {result.kv_tokens} tokens at "
+            f"{result.kv_bytes_per_token_per_device} bytes per token per device, fewer than one "
+            f"{model.max_model_len}-token sequence"
+        )
+        field = "max_model_len"
+    options = fit_options(model, hardware)
+    fix = "; or ".join(options) or f"nothing inferstack knows fits it on a {hardware.gpu.name}: use a GPU with more memory"
+    raise SpecError(f"{path}.{field}", problem, fix)
