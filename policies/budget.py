@@ -5,8 +5,8 @@ passes the spec's `budget`, `pulumi preview` users pass `--policy-pack-config`. 
 one the program gives its AWS provider (the recorded `pulumi:providers:aws` resource's `region`).
 The cost is each GPU node group's max size times the catalog's on-demand price in that region of
 its pool's most expensive instance type (over every group carrying the pool's label), with the spot
-discount on SPOT groups: the same prices and arithmetic as the plan's totals, which leave the system
-node group (no pool label) out as well. A group the catalog cannot price there makes the budget
+discount on SPOT groups: the same prices and arithmetic (`planning.cost.nodes_cost`) as the plan's totals,
+which leave the system node group (no pool label) out as well. A group the catalog cannot price there makes the budget
 uncheckable: refused.
 """
 
@@ -26,6 +26,7 @@ from pulumi_policy import (
 )
 
 from inferstack.catalog import on_demand_price
+from inferstack.planning.cost import nodes_cost
 from inferstack.policies.pools import NodeGroupView, node_groups
 from inferstack.policies.props import number, text
 from inferstack.spec.models import BudgetSpec
@@ -66,8 +67,8 @@ def max_scale_costs(groups: Sequence[NodeGroupView], region: str | None, spot_di
             costs.append(GroupCost(group, None, unpriced))
             continue
         dearest = max(prices, key=prices.__getitem__)
-        factor = (1 - spot_discount) if group.is_spot else 1.0
-        costs.append(GroupCost(group, group.max_size * prices[dearest] * factor, priced_at=dearest))
+        on_demand, spot = (0, group.max_size) if group.is_spot else (group.max_size, 0)
+        costs.append(GroupCost(group, nodes_cost(prices[dearest], on_demand, spot, spot_discount), priced_at=dearest))
     return costs
 
 

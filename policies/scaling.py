@@ -13,6 +13,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from inferstack.planning.pool_capacity import pods_per_node, replicas_held
 from inferstack.policies.pools import NodeGroupView, RegisteredWorkload, candidates, node_groups, workloads
 from inferstack.policies.props import dig, mapping, string_map, text, whole
 from inferstack.policies.workloads import PRIORITY_CLASS_LABEL, TIER_LABEL, kind_of
@@ -85,20 +86,30 @@ def minimum_replicas(registered: RegisteredWorkload, scaled: Sequence[ScaledObje
     return registered.workload.replicas if registered.workload.replicas is not None else 1
 
 
-def _pool_limit(groups: Sequence[NodeGroupView], registered: RegisteredWorkload) -> tuple[int, str, str] | None:
-    """(most replicas the eligible node groups hold at max size, the binding resource, how) or None."""
+def pool_limit(groups: Sequence[NodeGroupView], registered: RegisteredWorkload) -> tuple[int, str] | None:
+    """(most replicas the eligible node groups hold at max size, how) or None: the spec's scaling check
+    counts the same way (planning.pool_capacity.replicas_held), whole pods per node. A replica whose pods
+    request different devices counts each pod at the largest request of every device."""
     template = registered.workload.gpu_template()
     if template is None:
         return None
     eligible = candidates(groups, template)
     if not eligible or any(g.advertised is None for g in eligible):
         return None
-    limits = []
-    for name, amount in registered.workload.device_requests_per_replica().items():
-        capacity = sum(g.max_size * g.offers(name) for g in eligible)
-        how = " + ".join(f"{g.name}: {g.max_size} x {g.offers(name)}" for g in eligible if g.offers(name))
-        limits.append((int(capacity // amount), name, f"{capacity:g} {name} ({how or 'none'}) / {amount:g} per replica"))
-    return min(limits) if limits else None
+    device_templates = [t for t in registered.workload.templates if t.device_requests()]
+    request: dict[str, float] = {}
+    for t in device_templates:
+        for name, amount in t.device_requests().items():
+            if amount > 0:
+                request[name] = max(request.get(name, 0), amount)
+    if not request:
+        return None
+    pods = sum(t.copies for t in device_templates)
+    held = replicas_held([(g.max_size, g.advertised) for g in eligible], request, pods)
+    asked = ", ".join(f"{name}={amount:g}" for name, amount in sorted(request.items()))
+    how = " + ".join(f"{g.name}: {g.max_size} nodes x {pods_per_node(g.advertised, request)}" for g in eligible)
+    total = sum(g.max_size * pods_per_node(g.advertised, request) for g in eligible)
+    return held, f"{total} pods of {asked} ({how}) / {pods} per replica"
 
 
 def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -123,11 +134,11 @@ def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
             )
         if target is None:
             continue
-        limit = _pool_limit(groups, target)
+        limit = pool_limit(groups, target)
         if limit is not None and scaled.max_replicas > limit[0]:
             report(
                 f"{scaled} maxReplicaCount {scaled.max_replicas} for {target} is more than its pool can hold: "
-                f"{limit[2]} = {limit[0]} replicas. To fix: lower max_replicas to {limit[0]} or raise the pool's "
+                f"{limit[1]} = {limit[0]} replicas. To fix: lower max_replicas to {limit[0]} or raise the pool's "
                 "max_nodes.",
                 urn,
             )

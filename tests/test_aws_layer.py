@@ -11,7 +11,8 @@ import yaml
 
 from aws_recording import ADMIN_ROLE, build, children, policy_documents, run
 from inferstack import conventions
-from inferstack.aws.node_pool import launch_template_suffix, plan_node_groups
+from inferstack.aws.node_pool import launch_template_suffix
+from inferstack.planning.node_groups import plan_node_groups
 from inferstack.catalog.charts import eks_addon_versions
 from inferstack.engine.recorder import SECRET_SIG, SIG_KEY
 

@@ -19,7 +19,8 @@ import pytest
 from pydantic import ValidationError
 
 from inferstack.catalog import on_demand_price, prices_source
-from inferstack.planning.cost import stack_costs
+from inferstack.planning.cost import nodes_cost, stack_costs
+from inferstack.planning.node_groups import nodes_at, nodes_at_min, plan_node_groups
 from inferstack.spec import SpecError, StackSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,24 @@ def test_spot_nodes_above_the_baseline_take_the_discount_at_the_dearest_type():
     document = spec([pool]) | {"budget": {"spot_discount": 0.5}}
     (cost,) = stack_costs(StackSpec.model_validate(document))
     assert cost.max_usd_per_hour == round(price("g6.2xlarge") * (1 + 3 * 0.5), 4)
+
+
+@pytest.mark.parametrize(
+    ("spot", "expected"),
+    [(True, {1: (1, 0), 2: (2, 0), 4: (2, 2), 5: (2, 3)}), (False, {1: (1, 0), 2: (2, 0), 4: (4, 0), 5: (5, 0)})],
+)
+def test_a_pool_at_a_size_fills_its_node_groups_baseline_first(spot, expected):
+    """The nodes a cost is quoted for are those of the node groups the AWS layer creates (plan_node_groups):
+    the on-demand baseline fills first, the burst group above it is spot only when the pool says so."""
+    document = spec([{"name": "l4", "instance_types": ["g6.xlarge"], "min_nodes": 3, "max_nodes": 5,
+                      "capacity": {"on_demand_base": 2, "spot": spot}}])
+    pool = StackSpec.model_validate(document).node_pools[0]
+    assert {nodes: nodes_at(pool, nodes) for nodes in expected} == expected
+    assert nodes_at_min(pool) == sum(g.min_size for g in plan_node_groups(pool)) == 3
+    (cost,) = stack_costs(StackSpec.model_validate(document))
+    # At min scale: the 2 baseline nodes at the full price, the third at the default 60% spot discount.
+    assert cost.min_usd_per_hour == round(price("g6.xlarge") * ((2 + (1 - 0.6)) if spot else 3), 4)
+    assert nodes_cost(price("g6.xlarge"), 2, 1, 0.6) == price("g6.xlarge") * (2 + (1 - 0.6))
 
 
 @pytest.mark.parametrize("capacity", [{"on_demand_base": 1, "spot": False}, {"on_demand_base": 0, "spot": True}])

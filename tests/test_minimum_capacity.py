@@ -17,9 +17,9 @@ import json
 import pytest
 from stack_files import DEV, PROD, edited, refused_by_render_and_plan
 
-from inferstack.aws.node_pool import plan_node_groups
+from inferstack.planning.node_groups import on_demand_nodes_at_min, plan_node_groups
+from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.spec import StackSpec
-from inferstack.spec.capacity import nodes_for_replicas, on_demand_nodes_at_min
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 
@@ -90,10 +90,10 @@ def test_a_baseline_that_holds_the_minimum_is_accepted(pool, model):
 def test_the_baseline_is_the_node_groups_the_aws_layer_creates():
     """One source: the on-demand and reserved groups plan_node_groups makes, at their min_size."""
     spec = StackSpec.model_validate(stack({"min_nodes": 3, "capacity": {"on_demand_base": 2}}, QWEN))
-    hardware = PoolHardware(spec.node_pools[0])
-    groups = {g.capacity_type: g.min_size for g in plan_node_groups(hardware.spec)}
+    pool = spec.node_pools[0]
+    groups = {g.capacity_type: g.min_size for g in plan_node_groups(pool)}
     assert groups == {"ON_DEMAND": 2, "SPOT": 1}
-    assert on_demand_nodes_at_min(hardware) == 2
+    assert on_demand_nodes_at_min(pool) == 2
 
 
 def test_nodes_for_replicas_counts_the_scarcest_resource_of_a_mig_pool():

@@ -9,16 +9,8 @@ from stack_edits import without_node_autoscaler
 from pulumi_policy import StackValidationPolicy
 
 from inferstack import conventions
-from inferstack.aws.node_pool import (
-    GROUP_CAPACITY_BLOCK,
-    GROUP_SPOT,
-    NodeGroupPlan,
-    efa_interface_layout,
-    node_labels,
-    node_taints,
-    plan_node_groups,
-    render_user_data,
-)
+from inferstack.aws.node_pool import efa_interface_layout, node_labels, node_taints, render_user_data
+from inferstack.planning.node_groups import GROUP_CAPACITY_BLOCK, GROUP_SPOT, NodeGroupPlan, plan_node_groups
 from inferstack.policies.runner import run_policies
 from inferstack.policies.pools import LAUNCH_TEMPLATE, node_groups
 from inferstack.spec import NodePoolSpec, StackSpec

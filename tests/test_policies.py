@@ -23,7 +23,15 @@ from inferstack.cli import main
 from inferstack.engine import run_stack
 from inferstack.policies.runner import _wire, run_policies, spec_policy_config
 from inferstack.engine.recorder import SECRET_SIG, SIG_KEY
+from inferstack.planning.cost import stack_costs
+from inferstack.planning.node_groups import plan_node_groups
+from inferstack.planning.pool_capacity import advertised_per_node, gpu_requests, replicas_held
+from inferstack.policies.budget import max_scale_costs, stack_region
+from inferstack.policies.pools import node_groups, workloads
+from inferstack.policies.scaling import pool_limit
+from inferstack.serving import names
 from inferstack.policies.rules import PACK_ENFORCEMENT, PACK_NAME, POLICIES
+from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -389,8 +397,8 @@ def test_keda_max_beyond_what_the_pool_holds_fails(tmp_path, capsys):
     assert code == 1 and failing(report) == {"keda-scaling-bounds"}
     assert (
         "ScaledObject inference/llama-70b maxReplicaCount 15 for Deployment inference/llama-70b is more than its pool "
-        "can hold: 56 nvidia.com/gpu (prod-h100-on-demand: 2 x 8 + prod-h100-spot: 5 x 8) / 4 per replica = 14 "
-        "replicas. To fix: lower max_replicas to 14" in messages(report, "keda-scaling-bounds")
+        "can hold: 14 pods of nvidia.com/gpu=4 (prod-h100-on-demand: 2 nodes x 2 + prod-h100-spot: 5 nodes x 2) / 1 "
+        "per replica = 14 replicas. To fix: lower max_replicas to 14" in messages(report, "keda-scaling-bounds")
     )
 
 
@@ -516,6 +524,41 @@ def test_budget_from_plan_json_beside_a_rendered_resources_file(tmp_path, capsys
         report, "budget-at-max-scale"
     )
     assert "us-east-1 on-demand prices" in messages(report, "budget-at-max-scale")
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_pack_reads_from_the_render_the_figures_planning_gives_the_plan(stack):
+    """One set of figures for `plan`, `check` and the render: what the pack recovers from the registered node
+    groups (their sizes, what a node advertises, their cost at max size, the replicas of a service they hold)
+    is what inferstack.planning computes from the spec for the AWS layer, the platform, the plan and the
+    spec's checks."""
+    spec = load_stack(STACKS, stack)
+    seen: dict[str, Any] = {}
+
+    def probe(args, report):
+        groups = [g for g in node_groups(args.resources) if g.pool is not None]
+        region = stack_region(args.resources)
+        seen["groups"] = groups
+        seen["costs"] = max_scale_costs(groups, region, spec.budget.spot_discount)
+        seen["held"] = {w.workload.name: pool_limit(groups, w) for w in workloads(args.resources)}
+
+    run_policies(rendered(stack), stack,
+                 policies=[StackValidationPolicy(name="probe", description="node groups", validate=probe)])
+    costs = {c.pool: c.max_usd_per_hour for c in stack_costs(spec)}
+    for pool in spec.node_pools:
+        views = [g for g in seen["groups"] if g.pool == pool.name]
+        planned = plan_node_groups(pool)
+        assert [(g.capacity_type, g.min_size, g.max_size) for g in views] == [
+            (p.capacity_type, p.min_size, p.max_size) for p in planned
+        ]
+        assert all(g.advertised == advertised_per_node(PoolHardware(pool)) for g in views)
+        priced = sum(c.usd_per_hour for c in seen["costs"] if c.group.pool == pool.name)
+        assert priced == pytest.approx(costs[pool.name], abs=1e-4)
+    for model in spec.resolved().models:
+        hardware = PoolHardware(spec.pool(model.pool))
+        held = replicas_held([(hardware.spec.max_nodes, hardware.resources_per_node)], gpu_requests(model, hardware),
+                             model.pipeline_parallel)
+        assert seen["held"][names.workload(model)][0] == held
 
 
 def _budget_config(tmp_path: Path, usd_per_hour: float) -> str:

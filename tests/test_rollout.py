@@ -1,4 +1,4 @@
-"""Rollout strategy from the pool's room at max size (inferstack.rollout), in the workloads and in the plan.
+"""Rollout strategy from the pool's room at max size (inferstack.planning.rollout), in the workloads and in the plan.
 
 Upstream rules encoded here:
 - Kubernetes Deployment RollingUpdate (kubernetes/api@v0.33.0:apps/v1/types.go RollingUpdateDeployment, and
@@ -25,8 +25,8 @@ from rich.console import Console
 from inferstack.engine.render import kubernetes_objects
 from inferstack.presentation.terminal import print_rollouts
 from inferstack.presentation.summary import rollouts
-from inferstack.rollout import rollout
-from inferstack.serving.pods import gpu_requests
+from inferstack.planning.rollout import rollout
+from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import AutoscalingSpec, BatchJobSpec, CapacitySpec, ModelServiceSpec, NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware

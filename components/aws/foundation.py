@@ -21,7 +21,8 @@ from inferstack.aws.cluster import (
 )
 from inferstack.aws.network import Network, NetworkArgs, existing_subnets_in_zones
 from inferstack.aws.node_template import TAINT_TAG
-from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, autoscaler_tags, plan_node_groups
+from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, autoscaler_tags
+from inferstack.planning.node_groups import plan_node_groups
 from inferstack.aws.weights_store import BATCH_ROLE, READER_ROLE, WeightsStore, WeightsStoreArgs
 from inferstack.spec import CreateCluster, SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware

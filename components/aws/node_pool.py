@@ -1,7 +1,8 @@
 """One GPU node pool: launch template(s) and EKS managed node groups for its capacity mix.
 
-A pool becomes up to two node groups: a fixed on-demand (or reserved) baseline of the primary
-instance type, and a burst group above it that runs on spot across every instance type of the pool.
+The groups and their sizes are planning's (`planning.node_groups.plan_node_groups`): a fixed on-demand
+(or reserved) baseline of the primary instance type, and a burst group above it that runs on spot across
+every instance type of the pool.
 EFA pools get one EFA interface per network card, a cluster placement group, a security group that
 lets the pool's nodes reach each other on all protocols, and a single subnet (a placement group and
 EFA traffic stay in one zone). The NVMe instance store becomes the model cache through nodeadm.
@@ -24,6 +25,17 @@ from pulumi_aws import autoscaling, ec2, eks, vpc
 from inferstack import conventions
 from inferstack.aws.cluster import DESIRED_SIZE, ClusterRef
 from inferstack.aws.node_template import GPU_TAINT, TEMPLATE_PREFIX, node_template_tags, template_resources
+from inferstack.planning.node_groups import (
+    CAPACITY_BLOCK,
+    GROUP_BURST,
+    GROUP_CAPACITY_BLOCK,
+    GROUP_ON_DEMAND,
+    GROUP_RESERVED,
+    GROUP_SPOT,
+    NodeGroupPlan,
+    plan_node_groups,
+)
+from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.spec import MigSharing, MpsSharing, NodePoolSpec, Reservation, Taint, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 
@@ -39,12 +51,6 @@ RESERVED_LAUNCH_TEMPLATE = "reserved-launch-template"
 ON_DEMAND_LAUNCH_TEMPLATE = "on-demand-launch-template"  # an unreserved baseline's
 PLACEMENT_GROUP = "placement"
 EFA_SECURITY_GROUP = "efa"
-GROUP_ON_DEMAND = "on-demand"
-GROUP_RESERVED = "reserved"
-GROUP_CAPACITY_BLOCK = "capacity-block"
-GROUP_SPOT = "spot"
-GROUP_BURST = "on-demand-burst"
-CAPACITY_BLOCK = "CAPACITY_BLOCK"
 # Node updates for GPU nodes (EKS User Guide, managed-node-update-behavior): one node at a time, and a
 # drain that PodDisruptionBudgets block fails the update (PodEvictionFailure after 15 minutes) instead of
 # force-deleting serving pods. Groups on reserved capacity have no spare instance to surge into, so they
@@ -63,63 +69,6 @@ RESOURCE_SUFFIXES = (
     GROUP_SPOT,
     GROUP_BURST,
 )
-
-
-@dataclass(frozen=True)
-class NodeGroupPlan:
-    """One managed node group of a pool: how its nodes are bought and how many there may be."""
-
-    suffix: str
-    capacity_type: str  # EKS capacityType: ON_DEMAND | SPOT | CAPACITY_BLOCK
-    capacity_label: str  # conventions.CAPACITY_LABEL value: on-demand | spot | reserved
-    instance_types: tuple[str, ...]
-    min_size: int
-    max_size: int
-    desired_size: int
-    reservation: Reservation | None = None
-
-
-def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
-    """Baseline group of `on_demand_base` fixed nodes, then a burst group for the rest of `max_nodes`.
-
-    The baseline runs the primary type (the one a reservation is for and prices are quoted for);
-    the burst group lists every type of the pool so spot can draw from all their capacity pools, in
-    the order `burst_instance_types` gives.
-    """
-    capacity = pool.capacity
-    base = capacity.on_demand_base
-    groups = []
-    if base > 0:
-        reservation = capacity.reservation
-        if reservation is None:
-            suffix, capacity_type, label = GROUP_ON_DEMAND, "ON_DEMAND", "on-demand"
-        elif reservation.kind == "capacity_block":
-            suffix, capacity_type, label = GROUP_CAPACITY_BLOCK, CAPACITY_BLOCK, "reserved"
-        else:
-            suffix, capacity_type, label = GROUP_RESERVED, "ON_DEMAND", "reserved"
-        groups.append(
-            NodeGroupPlan(suffix, capacity_type, label, (pool.instance_types[0],), base, base, base, reservation)
-        )
-    burst = pool.max_nodes - base
-    if burst > 0:
-        low = max(0, pool.min_nodes - base)
-        if capacity.spot:
-            suffix, capacity_type, label = GROUP_SPOT, "SPOT", "spot"
-        else:
-            suffix, capacity_type, label = GROUP_BURST, "ON_DEMAND", "on-demand"
-        groups.append(NodeGroupPlan(suffix, capacity_type, label, burst_instance_types(pool), low, burst, low))
-    return groups
-
-
-def burst_instance_types(pool: NodePoolSpec) -> tuple[str, ...]:
-    """The burst group's types in an order that only a real change alters: `instance_types` is ForceNew on
-    aws_eks_node_group (terraform-provider-aws internal/service/eks/node_group.go, a TypeList, so order
-    counts) and replacing a group drains all its nodes. The primary type stays first: On-Demand allocates
-    `prioritized` in the listed order (EKS User Guide, managed-node-groups "Managed node group capacity
-    types") and plans and policies quote a group by its first type; Spot allocates price-capacity-optimized,
-    where order means nothing. The other types are sorted, so reordering them changes nothing."""
-    primary, *others = pool.instance_types
-    return (primary, *sorted(others))
 
 
 def launch_template_suffix(plan: NodeGroupPlan) -> str:
@@ -401,7 +350,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
         self.node_group_names = pulumi.Output.all(*[g.node_group_name for g in self.node_groups])
         self.node_group_arns = pulumi.Output.all(*[g.arn for g in self.node_groups])
-        self.advertised = dict(hardware.resources_per_node)
+        self.advertised = advertised_per_node(hardware)
         self.register_outputs(
             {
                 "node_group_names": self.node_group_names,

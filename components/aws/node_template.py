@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from inferstack import conventions
+from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.spec import Taint
-from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU, PoolHardware
+from inferstack.spec.pools import WHOLE_GPU, PoolHardware
 
 TEMPLATE_PREFIX = "k8s.io/cluster-autoscaler/node-template/"
 RESOURCE_TAG = f"{TEMPLATE_PREFIX}resources/"
@@ -34,9 +35,7 @@ def template_resources(hardware: PoolHardware) -> dict[str, int]:
     """Extended resources one node advertises. `nvidia.com/gpu` is always stated: the autoscaler would
     otherwise assume the instance type's GPU count, which a MIG-mixed or shared pool renames away."""
     resources: dict[str, int] = {WHOLE_GPU: 0} if hardware.gpus_per_node else {}
-    resources.update(hardware.resources_per_node)
-    if hardware.efa_interfaces:
-        resources[EFA_RESOURCE] = hardware.efa_interfaces
+    resources.update(advertised_per_node(hardware))
     return resources
 
 

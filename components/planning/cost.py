@@ -3,6 +3,8 @@
 A pool that lists several instance types may run any of them, so its cost is a range: min scale at its
 cheapest type, max scale at its most expensive. A type the catalog has no price for in the stack's region
 leaves the pool unpriced (None), never $0: `check_budget` refuses a stated budget it cannot check.
+`nodes_cost` is the one arithmetic for nodes at a price: the plan applies it to a pool's node groups filled
+to a size, the `budget-at-max-scale` policy to each rendered node group at its max size.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferstack.catalog import on_demand_price
+from inferstack.planning.node_groups import nodes_at, nodes_at_min
 from inferstack.spec import StackSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
@@ -25,11 +28,9 @@ class PoolCost:
     unpriced_types: tuple[str, ...] = ()   # instance types with no catalog price in the stack's region
 
 
-def nodes_at(pool, nodes: int) -> tuple[int, int]:
-    """(on-demand, discounted) nodes when the pool runs `nodes` nodes: the baseline fills first."""
-    on_demand = min(nodes, pool.capacity.on_demand_base)
-    rest = nodes - on_demand
-    return (on_demand, rest) if pool.capacity.spot else (on_demand + rest, 0)
+def nodes_cost(price: float, on_demand: int, spot: int, spot_discount: float) -> float:
+    """USD per hour of `on_demand` nodes at `price` and `spot` nodes at the assumed discount off it."""
+    return price * (on_demand + spot * (1 - spot_discount))
 
 
 def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
@@ -42,13 +43,11 @@ def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
     def at(nodes: int, price: float | None) -> float | None:
         if unpriced or price is None:
             return None
-        on_demand, spot = nodes_at(pool, nodes)
-        return round(price * (on_demand + spot * (1 - discount)), 4)
+        return round(nodes_cost(price, *nodes_at(pool, nodes), discount), 4)
 
     highest = max(prices) if prices and not unpriced else None
     lowest = min(prices) if prices and not unpriced else None
-    baseline = max(pool.min_nodes, pool.capacity.on_demand_base)
-    return PoolCost(pool.name, highest, discount, at(baseline, lowest), at(pool.max_nodes, highest), unpriced)
+    return PoolCost(pool.name, highest, discount, at(nodes_at_min(pool), lowest), at(pool.max_nodes, highest), unpriced)
 
 
 def stack_costs(spec: StackSpec) -> list[PoolCost]:

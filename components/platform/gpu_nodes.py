@@ -14,7 +14,7 @@ import yaml
 
 from inferstack.conventions import GPU_TAINT_KEY
 from inferstack.spec import MigSharing, MpsSharing, NodePoolSpec, StackSpec, TimeSlicing
-from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU, PoolHardware
+from inferstack.spec.pools import WHOLE_GPU
 
 MIG_DISABLED = "all-disabled"  # the mig-parted config the operator applies to unlabelled MIG-capable nodes
 # Device-plugin config for nodes without a sharing label; the dot keeps it apart from every pool name.
@@ -29,15 +29,6 @@ def mig_config_name(pool_name: str) -> str:
 def device_plugin_config_name(pool_name: str) -> str:
     """The device-plugin config key (and `nvidia.com/device-plugin.config` label value) of one shared pool."""
     return pool_name
-
-
-def advertised_per_node(pool: NodePoolSpec) -> dict[str, int]:
-    """Extended resources one node of the pool advertises once the platform runs, EFA interfaces included."""
-    hardware = PoolHardware(pool)
-    resources = dict(hardware.resources_per_node)
-    if hardware.efa_interfaces:
-        resources[EFA_RESOURCE] = hardware.efa_interfaces
-    return resources
 
 
 def gpu_tolerations(pools: Iterable[NodePoolSpec]) -> list[dict[str, str]]:

@@ -25,9 +25,11 @@ from pulumi_kubernetes.helm.v3 import Release
 from inferstack.catalog.charts import chart
 from inferstack.conventions import EKS_CAPACITY_LABEL, POOL_LABEL
 from inferstack.helm import helm_release
-from inferstack.platform.gpu_nodes import advertised_per_node, dump_yaml, gpu_tolerations
+from inferstack.planning.node_groups import max_nodes_by_capacity_type
+from inferstack.planning.pool_capacity import advertised_per_node
+from inferstack.platform.gpu_nodes import dump_yaml, gpu_tolerations
 from inferstack.spec import ClusterQueueSpec, NodePoolSpec, PriorityClassSpec, StackSpec
-from inferstack.spec.pools import EFA_RESOURCE
+from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
 
 CHART = "kueue"
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -56,21 +58,11 @@ class Flavor:
 
 def pool_flavors(pool: NodePoolSpec) -> list[Flavor]:
     """The pool's capacity types in the order Kueue should try them: serving prefers its on-demand
-    baseline, batch prefers spot."""
-    capacity = pool.capacity
-    nodes: dict[str, int] = {}
-    if capacity.on_demand_base:
-        reservation = capacity.reservation
-        baseline = "CAPACITY_BLOCK" if reservation is not None and reservation.kind == "capacity_block" else "ON_DEMAND"
-        nodes[baseline] = capacity.on_demand_base
-    burst = pool.max_nodes - capacity.on_demand_base
-    if burst:
-        kind = "SPOT" if capacity.spot else "ON_DEMAND"
-        nodes[kind] = nodes.get(kind, 0) + burst
-    per_node = advertised_per_node(pool)
+    baseline, batch prefers spot. A flavor's nodes are those of the pool's node groups of its capacity type."""
+    per_node = advertised_per_node(PoolHardware(pool))
     flavors = [
         Flavor(pool, kind, {name: units * count for name, units in per_node.items()})
-        for kind, count in nodes.items()
+        for kind, count in max_nodes_by_capacity_type(pool).items()
     ]
     spot_first = pool.role == "batch"
     return sorted(flavors, key=lambda f: (f.capacity_type == "SPOT") != spot_first)

@@ -17,7 +17,7 @@ from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.platform.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from inferstack.platform.efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_pools
-from inferstack.platform.gpu_nodes import advertised_per_node
+from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_operator import GpuOperator, GpuOperatorArgs
 from inferstack.platform.keda import Keda, KedaArgs
 from inferstack.platform.kueue import Kueue, KueueArgs
@@ -25,6 +25,7 @@ from inferstack.platform.lws import LeaderWorkerSet, LeaderWorkerSetArgs
 from inferstack.platform.metrics import Metrics, MetricsArgs
 from inferstack.platform.namespaces import Namespaces, NamespacesArgs
 from inferstack.spec import StackSpec
+from inferstack.spec.pools import PoolHardware
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class ClusterPlatform(pulumi.ComponentResource):
             ClusterAutoscaler(
                 f"{name}-autoscaler", ClusterAutoscalerArgs(spec, args.cluster_name), child
             )
-        self.advertised = {pool.name: advertised_per_node(pool) for pool in spec.node_pools}
+        self.advertised = {pool.name: advertised_per_node(PoolHardware(pool)) for pool in spec.node_pools}
         self.register_outputs(
             {
                 "namespaces": {role: ns.metadata.name for role, ns in self.namespaces.items()},

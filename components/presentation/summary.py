@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
-from inferstack.planning.cost import nodes_at, stack_costs
+from inferstack.planning.cost import nodes_cost, stack_costs
 from inferstack.engine.recorder import Recording
 from inferstack.serving import names
 from inferstack.serving.transport import transport
+from inferstack.planning.node_groups import nodes_at, nodes_at_min
+from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
 from inferstack.planning.sizing import GIB, fit
 from inferstack.spec import StackSpec
-from inferstack.spec.capacity import nodes_for_replicas
 from inferstack.spec.pools import PoolHardware
 
 
@@ -41,7 +42,7 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
     for pool in spec.node_pools:
         hardware = PoolHardware(pool)
         cost = costs[pool.name]
-        baseline = max(pool.min_nodes, pool.capacity.on_demand_base)
+        baseline = nodes_at_min(pool)
         rows.append(
             {
                 "name": pool.name,
@@ -55,14 +56,14 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                 ),
                 "efa_interfaces": hardware.efa_interfaces,
                 "gpu_sharing": pool.gpu_sharing.mode,
-                "advertises_per_node": hardware.resources_per_node,
+                "advertises_per_node": advertised_per_node(hardware),
                 "on_demand_usd_per_node_hour": cost.on_demand_usd_per_node,
                 "spot_discount": cost.spot_discount,
                 # What each scale pays for: on-demand nodes first (the baseline), spot at the assumed discount.
                 "spot": None if not pool.capacity.spot else {
                     "assumed_discount": cost.spot_discount,
                     "usd_per_node_hour": None if cost.on_demand_usd_per_node is None
-                    else round(cost.on_demand_usd_per_node * (1 - cost.spot_discount), 4),
+                    else round(nodes_cost(cost.on_demand_usd_per_node, 0, 1, cost.spot_discount), 4),
                 },
                 "at_scale": {
                     scale: dict(zip(("on_demand_nodes", "spot_nodes"), nodes_at(pool, nodes)))
@@ -74,6 +75,10 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                     [(m, m.autoscaling.max_replicas) for m in spec.models if m.pool == pool.name], hardware
                 ),
                 **gpu_slots(hardware),
+                # Its services all at min replicas: beyond its min-scale nodes some wait for a scale-up.
+                "nodes_for_min_replicas": nodes_for_replicas(
+                    [(m, m.autoscaling.min_replicas) for m in spec.models if m.pool == pool.name], hardware
+                ),
             }
         )
     return rows
@@ -140,9 +145,9 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
 
 
 def rollouts(spec: StackSpec) -> dict[str, Any]:
-    """Per service: the update strategy its pool's room at max size allows (inferstack.rollout), what an
+    """Per service: the update strategy its pool's room at max size allows (inferstack.planning.rollout), what an
     update costs in serving, and how to wait for it, since `pulumi up` does not."""
-    from inferstack.rollout import rollout
+    from inferstack.planning.rollout import rollout
 
     rows = []
     for model in spec.models:
@@ -479,13 +484,6 @@ def pack(plan: dict[str, Any], pool: dict[str, Any]) -> list[Node]:
     return nodes
 
 
-def nodes_for_min_replicas(plan: dict[str, Any], pool: dict[str, Any]) -> int:
-    """Nodes the pool needs to run every model's min replicas (pack's first fit)."""
-    return max(
-        (n.index + 1 for n in pack(plan, pool) for gpu in n.gpus for c in gpu if c.model and not c.on_demand), default=0
-    )
-
-
 def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]]:
     """The policy pack over what the program registered, as `inferstack check` reports it."""
     from inferstack.policies.runner import run_policies, spec_policy_config
@@ -498,8 +496,6 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     spec = spec.resolved()   # the placements the program deployed, `auto` ones decided
     pools = node_pools(spec)
     rows = placements(spec)
-    for pool in pools:
-        pool["nodes_for_min_replicas"] = nodes_for_min_replicas({"placements": rows}, pool)
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
     return {
         "stack": spec.environment,

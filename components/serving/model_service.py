@@ -27,7 +27,8 @@ from inferstack.conventions import (
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
 )
-from inferstack.rollout import rollout
+from inferstack.planning.pool_capacity import gpu_requests
+from inferstack.planning.rollout import rollout
 from inferstack.serving import names, pods
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
@@ -43,7 +44,7 @@ PRE_STOP_SECONDS = 15
 TERMINATION_GRACE_SECONDS = 90
 # Pulumi would otherwise block `up` until GPU pods are Ready, which waits on node provisioning,
 # Kueue admission and model load; readiness is the probes' and KEDA's business, and the plan prints
-# how to wait for a rollout (inferstack.rollout).
+# how to wait for a rollout (inferstack.planning.rollout).
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 
@@ -139,7 +140,7 @@ def pod_spec(
 ) -> dict[str, Any]:
     """The pod of one replica (single) or of one node of a multi-node replica (leader, worker)."""
     millicores, memory = pods.host_resources(model, hardware)
-    extended = {**pods.gpu_requests(model, hardware), **efa_requests(model, hardware)}
+    extended = {**gpu_requests(model, hardware), **efa_requests(model, hardware)}
     route = transport(model, hardware)
     env = pods.vllm_env(model, route.image)
     if role != "single":

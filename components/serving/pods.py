@@ -166,13 +166,6 @@ def node_share(model: ModelServiceSpec, hardware: PoolHardware) -> float:
     return model.tensor_parallel / gpus
 
 
-def gpu_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
-    """The device resource one pod requests: its tensor-parallel GPUs, one MIG slice or one GPU share."""
-    resource = hardware.resource_for_slice(model.mig_profile)
-    count = model.tensor_parallel if resource == "nvidia.com/gpu" and model.mig_profile is None else 1
-    return {resource: count}
-
-
 def host_resources(model: ModelServiceSpec, hardware: PoolHardware) -> tuple[int, int]:
     """(CPU millicores, memory bytes) for one pod, sized on the pool's smallest instance type so the
     pod fits on any of them; requests equal limits (Guaranteed QoS, the last to be evicted)."""

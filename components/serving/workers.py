@@ -31,6 +31,7 @@ from pulumi_kubernetes.core.v1 import ConfigMap, Service
 
 from inferstack.catalog.charts import IMAGES
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT
+from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.serving import names, pods
 from inferstack.serving.autoscaling import KEDA_API_VERSION
 from inferstack.serving.batch_model import batch_model
@@ -366,7 +367,7 @@ class BatchJob(pulumi.ComponentResource):
             "image": image,
             "command": ["/bin/bash", "/scripts/run"],
             "env": pods.vllm_env(model, image),
-            "resources": pods.resources(millicores, memory, pods.gpu_requests(model, hardware)),
+            "resources": pods.resources(millicores, memory, gpu_requests(model, hardware)),
             "securityContext": pods.vllm_security_context(image),
             "volumeMounts": [*pods.vllm_mounts(image), work_mount, script_mount],
         }

@@ -7,36 +7,17 @@ Two rules, both knowable from the spec alone:
   on the rendered node groups).
 - With no node autoscaler a managed node group stays at its desired size, which inferstack sets to its
   minimum: a pool at zero nodes never gets one, and whatever it is meant to run stays pending.
+The spec keeps the rules; the counts are planning's (`planning.node_groups`, `planning.pool_capacity`), the
+same the AWS layer sizes its node groups with and the plan reports.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from inferstack.spec.errors import SpecError
 from inferstack.spec.models import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
-
-
-def on_demand_nodes_at_min(hardware: PoolHardware) -> int:
-    """Nodes of the pool's on-demand and reserved node groups at their minimum size (aws.node_pool's groups)."""
-    from inferstack.aws.node_pool import plan_node_groups
-
-    return sum(g.min_size for g in plan_node_groups(hardware.spec) if g.capacity_type != "SPOT")
-
-
-def nodes_for_replicas(services: list[tuple[ModelServiceSpec, int]], hardware: PoolHardware) -> int:
-    """Nodes that hold `replicas` of each service at once: each node offers every resource of the pool,
-    so the scarcest resource decides. A replica is pipeline_parallel pods of one device request each."""
-    from inferstack.serving.pods import gpu_requests
-
-    needed: dict[str, int] = defaultdict(int)
-    for model, replicas in services:
-        for resource, count in gpu_requests(model, hardware).items():
-            needed[resource] += replicas * model.pipeline_parallel * count
-    per_node = hardware.resources_per_node
-    return max((math.ceil(amount / per_node[resource]) for resource, amount in needed.items()), default=0)
 
 
 def check_minimum_capacity(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
@@ -47,8 +28,10 @@ def check_minimum_capacity(spec: StackSpec, models: tuple[ModelServiceSpec, ...]
 
 def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) -> None:
     """Without a node autoscaler nothing ever adds a node to a pool, so each must start with its nodes."""
+    from inferstack.planning.node_groups import nodes_at_min  # planning reads the spec package
+
     for index, pool in enumerate(spec.node_pools):
-        if max(pool.min_nodes, pool.capacity.on_demand_base) == 0:
+        if nodes_at_min(pool) == 0:
             raise SpecError(
                 f"node_pools[{index}].min_nodes",
                 f"0 with platform.node_autoscaler 'none': nothing adds nodes to pool {pool.name!r}, so every pod "
@@ -60,6 +43,9 @@ def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) ->
 
 def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
     """Each pool's on-demand nodes at minimum hold the minimum replicas of every online service on it."""
+    from inferstack.planning.node_groups import on_demand_nodes_at_min  # planning reads the spec package
+    from inferstack.planning.pool_capacity import nodes_for_replicas
+
     online: dict[str, list[tuple[ModelServiceSpec, int]]] = defaultdict(list)
     for model in models:
         if model.tier == "online" and model.autoscaling.min_replicas > 0:
@@ -69,7 +55,7 @@ def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...]
         if not services:
             continue
         hardware = pools[pool.name]
-        needed, held = nodes_for_replicas(services, hardware), on_demand_nodes_at_min(hardware)
+        needed, held = nodes_for_replicas(services, hardware), on_demand_nodes_at_min(pool)
         if needed <= held:
             continue
         listed = ", ".join(f"{m.name} ({n} replica{'s' if n > 1 else ''})" for m, n in services)

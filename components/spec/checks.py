@@ -650,11 +650,9 @@ def _check_engine_limits(path: str, model: ModelServiceSpec, hardware: PoolHardw
 
 def _replicas_held(model: ModelServiceSpec, hardware: PoolHardware, nodes: int) -> int:
     """The most replicas `nodes` of the pool hold with nothing else on them (a replica is pipeline_parallel pods)."""
-    from inferstack.serving.pods import gpu_requests
+    from inferstack.planning.pool_capacity import gpu_requests, replicas_held
 
-    ((resource, count),) = gpu_requests(model, hardware).items()
-    pods_per_node = hardware.resources_per_node.get(resource, 0) // count
-    return nodes * pods_per_node // model.pipeline_parallel
+    return replicas_held([(nodes, hardware.resources_per_node)], gpu_requests(model, hardware), model.pipeline_parallel)
 
 
 def _check_scaling_room(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:

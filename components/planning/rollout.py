@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from inferstack.serving.batch_model import batch_model
-from inferstack.serving.pods import gpu_requests
+from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.planning.creation_times import CREATION_TIMES
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
@@ -83,10 +82,11 @@ def pool_workloads(spec: StackSpec, pool: str) -> tuple[PodGroup, ...]:
     """Every GPU workload that can run on a pool at max scale: services at max replicas, batch jobs' pods."""
     hardware = PoolHardware(spec.pool(pool))
     groups = [service_pods(m, hardware) for m in spec.models if m.pool == pool]
-    for index, job in enumerate(spec.batch_jobs):
+    for job in spec.batch_jobs:
         if job.pool == pool:
-            model, _ = batch_model(spec, index)
-            ((resource, count),) = gpu_requests(model, hardware).items()
+            # The job's pods request what its model service's pods would on this pool (the spec checked
+            # that they fit there: serving.batch_model).
+            ((resource, count),) = gpu_requests(spec.model_service(job.model_service), hardware).items()
             groups.append(PodGroup(f"batch:{job.name}", resource, count, 1, job.parallelism))
     return tuple(groups)
 
