@@ -35,7 +35,8 @@ import pytest
 
 from inferstack.spec import NodePoolSpec
 from inferstack.spec.pools import PoolHardware
-from inferstack.weights.prefetch import load_template, pool_cache_budget_bytes, render_prefetch_script
+from inferstack.planning.pool_capacity import pool_cache_budget_bytes
+from inferstack.weights.prefetch import load_template, render_prefetch_script
 
 BUCKET = "inferstack-weights"
 PREFIX = "models/Llama 3 8B"

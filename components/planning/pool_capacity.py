@@ -1,4 +1,5 @@
-"""What one node of a pool advertises, what a pod of a service requests of it, and the nodes replicas need.
+"""What one node of a pool advertises and may cache, what a pod of a service requests of it (devices and EFA
+interfaces), and the nodes replicas need.
 
 The platform advertises these resources and Kueue sets quotas on them, the AWS layer tags node groups with
 them for the autoscaler, the serving layer requests them, and the plan and the spec's capacity rules count
@@ -53,3 +54,27 @@ def replicas_held(nodes: Iterable[tuple[int, Mapping[str, float]]], pod_request:
     """The most replicas these nodes hold with nothing else on them, `nodes` as (count, what one node
     offers) pairs; a replica is `pods_per_replica` pods, which may sit on different nodes."""
     return sum(count * pods_per_node(offer, pod_request) for count, offer in nodes) // pods_per_replica
+
+
+def efa_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
+    """EFA interfaces for a multi-node pod: its GPUs' share of the node's interfaces. Single-node
+    replicas talk over NVLink and leave the interfaces to the groups that need them."""
+    if model.pipeline_parallel == 1 or not hardware.efa_interfaces:
+        return {}
+    return {EFA_RESOURCE: max(1, hardware.efa_interfaces * model.tensor_parallel // hardware.gpus_per_node)}
+
+
+def pool_cache_budget_bytes(hardware: PoolHardware) -> int:
+    """Bytes of weights a node of this pool may cache: `budget_percent` of the volume under the cache.
+
+    That volume is the instance-store array nodeadm assembles (RAID0: every disk, RAID10: half of them;
+    EC2 gives instance-store sizes in decimal GB) on the pool's smallest type, since a pod may land on
+    any of them; with the NVMe cache disabled, the hostPath lies on the root EBS volume (GiB).
+    """
+    cache = hardware.spec.nvme_cache
+    if cache.enabled:
+        mirrors = 2 if cache.raid == "RAID10" else 1
+        volume = min(t.nvme_total_gb for t in hardware.instance_types) * 10**9 // mirrors
+    else:
+        volume = hardware.spec.disk_size_gib * 1024**3
+    return volume * cache.budget_percent // 100

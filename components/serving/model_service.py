@@ -27,15 +27,15 @@ from inferstack.conventions import (
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
 )
-from inferstack.planning.pool_capacity import gpu_requests
+from inferstack.planning.pool_capacity import efa_requests, gpu_requests, pool_cache_budget_bytes
 from inferstack.planning.rollout import rollout
 from inferstack.serving import names, pods
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
-from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
-from inferstack.weights.prefetch import PIN_SCRIPT, pool_cache_budget_bytes, render_pin_script, render_prefetch_script
+from inferstack.spec.pools import PoolHardware
+from inferstack.weights.prefetch import PIN_SCRIPT, render_pin_script, render_prefetch_script
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PROBE_PERIOD_SECONDS = 10
@@ -125,14 +125,6 @@ def efa_image_annotations(route: Transport) -> dict[str, Any]:
     if route.kind == "efa" and route.efa is None:
         return {"annotations": {IMAGE_PROVIDES_EFA_ANNOTATION: "true"}}
     return {}
-
-
-def efa_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
-    """EFA interfaces for a multi-node pod: its GPUs' share of the node's interfaces. Single-node
-    replicas talk over NVLink and leave the interfaces to the groups that need them."""
-    if model.pipeline_parallel == 1 or not hardware.efa_interfaces:
-        return {}
-    return {EFA_RESOURCE: max(1, hardware.efa_interfaces * model.tensor_parallel // hardware.gpus_per_node)}
 
 
 def pod_spec(

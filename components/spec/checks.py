@@ -680,7 +680,7 @@ def _check_scaling_room(path: str, model: ModelServiceSpec, hardware: PoolHardwa
 def _check_cache_budget(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
     """The checkpoint must fit the node's weights cache, or every pre-fetch on the pool fails at start."""
     from inferstack.planning.sizing import GIB, checkpoint_bytes
-    from inferstack.weights.prefetch import pool_cache_budget_bytes
+    from inferstack.planning.pool_capacity import pool_cache_budget_bytes
 
     stored, budget = checkpoint_bytes(model), pool_cache_budget_bytes(hardware)
     if stored <= budget:

@@ -50,7 +50,6 @@ from importlib.resources import files
 
 import jinja2
 
-from inferstack.spec.pools import PoolHardware
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _MODEL_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -83,22 +82,6 @@ def render_pin_script(published: str) -> str:
         raise ValueError(f"published path {published!r} is not absolute")
     _check_path("published path", published)
     return load_template("pin-weights.sh.j2").render(published=published)
-
-
-def pool_cache_budget_bytes(hardware: PoolHardware) -> int:
-    """Bytes of weights a node of this pool may cache: `budget_percent` of the volume under the cache.
-
-    That volume is the instance-store array nodeadm assembles (RAID0: every disk, RAID10: half of them;
-    EC2 gives instance-store sizes in decimal GB) on the pool's smallest type, since a pod may land on
-    any of them; with the NVMe cache disabled, the hostPath lies on the root EBS volume (GiB).
-    """
-    cache = hardware.spec.nvme_cache
-    if cache.enabled:
-        mirrors = 2 if cache.raid == "RAID10" else 1
-        volume = min(t.nvme_total_gb for t in hardware.instance_types) * 10**9 // mirrors
-    else:
-        volume = hardware.spec.disk_size_gib * 1024**3
-    return volume * cache.budget_percent // 100
 
 
 def render_prefetch_script(
