@@ -1,4 +1,8 @@
-"""The typed stack spec: models, cross-field checks and error messages."""
+"""The typed stack spec: models, cross-field checks and error messages.
+
+It imports the catalog; its checks call `inferstack.planning` (and the layers' own naming rules) lazily, inside
+the functions, so loading the spec loads neither Pulumi nor the planning modules.
+"""
 
 from inferstack.spec.errors import SpecError, describe_validation_error
 from inferstack.spec.models import (
