@@ -5,7 +5,7 @@ slices and time-sliced shares as parts of a GPU, the cost of each pool, and the 
 empty account to each model's first ready replica. It reads only the plan dict (plan.json), so what it
 shows is what `plan --json` says. Inline CSS and SVG, no script, nothing fetched.
 
-The drawing is summary.pack's packing (first fit, largest replicas first): the scheduler may place
+The drawing is pool_drawing.pack's packing (first fit, largest replicas first): the scheduler may place
 replicas differently.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 
 from inferstack.presentation.terminal import REPLICA_PARTS, duration
-from inferstack.presentation.summary import Cell, pack
+from inferstack.presentation.pool_drawing import Cell, pack
 
 # Distinct fills for models (text stays dark on all of them); a model keeps its colour across the page.
 PALETTE = (
