@@ -1,4 +1,4 @@
-"""`inferstack plan | render | check | diff | schema`: review a stack offline before `pulumi up -s <env>`."""
+"""`inferstack plan | render | check | diff | schema | models`: review a stack offline before `pulumi up -s <env>`."""
 
 from __future__ import annotations
 
@@ -38,7 +38,49 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("schema", help="print the StackSpec JSON Schema")
     _add_check_command(commands)
     _add_diff_command(commands)
+    _add_models_command(commands)
     return parser
+
+
+def _add_models_command(commands) -> None:
+    models = commands.add_parser(
+        "models",
+        help="list the model catalog (kind, parameters, attention, stored formats, context); with NAME, one model's "
+        "facts and sources and which GPUs it fits at its full context and at 8192; with --config, the architecture "
+        "a Hugging Face config.json describes",
+    )
+    models.add_argument("name", nargs="?", help="a model or checkpoint id of the catalog")
+    models.add_argument(
+        "--config", type=Path, metavar="PATH",
+        help="a config.json or a downloaded snapshot directory: print the architecture (and checkpoint_format) it "
+        "describes as YAML to paste into a model service",
+    )
+    models.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _models(args: argparse.Namespace) -> int:
+    """The catalog, one model of it, or a config.json read offline; 2 on an unknown name or a bad config."""
+    from inferstack.presentation import models
+    from inferstack.spec import SpecError
+
+    if args.config is not None and args.name is not None:
+        print("inferstack models: give a NAME or --config PATH (one of them)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if args.config is not None:
+            read = models.config_reading(args.config)
+            text = json.dumps(read, indent=2) if args.json else models.reading_as_yaml(read, args.config)
+            print(text.rstrip("\n"))
+        elif args.name is not None:
+            report = models.model_report(args.name)
+            print(json.dumps(report, indent=2) if args.json else models.report_as_text(report))
+        else:
+            rows = models.catalog_rows()
+            print(json.dumps({"models": rows}, indent=2) if args.json else models.catalog_as_text(rows))
+    except (SpecError, models.UnknownModel) as error:
+        print(f"inferstack: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
 
 
 def _add_check_command(commands) -> None:
@@ -199,6 +241,8 @@ def _main(argv: list[str] | None) -> int:
         return _check(args)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "models":
+        return _models(args)
     if args.command == "schema":
         from inferstack.spec import StackSpec
 

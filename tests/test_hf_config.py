@@ -140,7 +140,7 @@ def test_deepseek_v3_is_mla_with_its_first_3_layers_dense(tmp_path: Path):
     arch = architecture_from_config(write(tmp_path, DEEPSEEK_V3))
     assert (arch.attention, arch.kv_lora_rank, arch.qk_rope_head_dim) == ("mla", 512, 64)
     assert (arch.experts, arch.shared_experts, arch.moe_layers) == (256, 1, 58)
-    assert arch.head_dim == 64  # DeepseekV3Config sets head_dim = qk_rope_head_dim
+    assert arch.head_dim == 128 + 64  # qk_nope_head_dim + qk_rope_head_dim (DeepseekV3Config.qk_head_dim)
     assert within(arch.params_billion, 671)
     assert within(arch.active_params_billion, 37)
     stored = checkpoint_format_from_config(tmp_path / "config.json")

@@ -184,8 +184,8 @@ def _shapes(
     hidden = text["hidden_size"]
     if text.get("head_dim") is not None:
         head_dim = text["head_dim"]
-    else:  # DeepseekV3Config sets head_dim = qk_rope_head_dim; the others hidden // heads
-        head_dim = text["qk_rope_head_dim"] if mla else hidden // heads
+    else:  # MLA: a query/key head is its non-rotary and rotary parts (DeepseekV3Config's qk_head_dim)
+        head_dim = text["qk_nope_head_dim"] + text["qk_rope_head_dim"] if mla else hidden // heads
     tied = text.get("tie_word_embeddings")
     return {
         "layers": text["num_hidden_layers"],

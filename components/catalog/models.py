@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 _RAW = json.loads(files("inferstack.catalog").joinpath("models.json").read_text(encoding="utf-8"))
 
+# Where the catalog's model facts were read (config.json keys, model cards).
+SOURCES: str = _RAW["sources"]
 MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["models"].items()}
 )
