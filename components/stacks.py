@@ -123,12 +123,35 @@ def _load_document(path: Path) -> StackSpec:
     data = _parse_json(path, text) if path.suffix == ".json" else _parse_yaml(path, text)
     _refuse_kubernetes_wrapper(path, data)
     try:
+        _read_architecture_from(path, data)
         return StackSpec.model_validate(data)
     except ValidationError as error:
         located = describe_validation_error(error, StackSpec)
         raise SpecError(f"{path.name}: {located.path}", located.problem, located.fix) from None
     except SpecError as error:
         raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
+
+
+def _read_architecture_from(path: Path, data: Any) -> None:
+    """A model service's `architecture_from: <config.json or snapshot folder>` (relative to the stack file's
+    folder) becomes the `architecture` it describes, and its `checkpoint_format` unless the service states one."""
+    from inferstack.catalog.hf_config import architecture_from_config, checkpoint_format_from_config
+
+    services = data.get("models") if isinstance(data, dict) else None
+    for index, service in enumerate(services if isinstance(services, list) else []):
+        if not isinstance(service, dict) or "architecture_from" not in service:
+            continue
+        at = f"models[{index}].architecture_from"
+        if "architecture" in service:
+            raise SpecError(at, "is given beside `architecture`", "keep one of them")
+        config = path.parent / str(service.pop("architecture_from"))
+        try:
+            service["architecture"] = architecture_from_config(config).model_dump(exclude_defaults=True)
+            stored = checkpoint_format_from_config(config)
+        except SpecError as error:
+            raise SpecError(at, f"{error.path}: {error.problem}", error.fix) from None
+        if stored is not None and "checkpoint_format" not in service:
+            service["checkpoint_format"] = stored.model_dump(exclude_defaults=True)
 
 
 def _parse_yaml(path: Path, text: str) -> Any:

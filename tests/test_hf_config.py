@@ -331,3 +331,46 @@ def test_a_method_it_cannot_express_is_refused_by_name(tmp_path: Path):
     with pytest.raises(SpecError) as raised:
         checkpoint_format_from_config(path)
     assert "quantization_config.quant_method: 'bitsandbytes'" in str(raised.value)
+
+
+# ------------------------------------------------------------------------------ architecture_from in a stack
+
+STACK_YAML = """\
+environment: dev
+region: us-east-1
+node_pools:
+  - {name: l40s, instance_types: [g6e.xlarge], min_nodes: 0, max_nodes: 2}
+models:
+  - {name: mine, model: me/llama-8b-awq, pool: l40s, tier: standard, architecture_from: %s}
+"""
+
+
+def test_a_yaml_stack_reads_architecture_from_a_config_beside_it(tmp_path: Path):
+    """The path is relative to the stack file's folder; the quantization_config gives the checkpoint_format."""
+    from inferstack.stacks import load_stack
+
+    snapshot = tmp_path / "snapshots" / "llama"
+    snapshot.mkdir(parents=True)
+    write(snapshot, dict(LLAMA_3_1_8B, quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128}))
+    (tmp_path / "mine.yaml").write_text(STACK_YAML % "snapshots/llama", encoding="utf-8")
+    service = load_stack(tmp_path, "mine").models[0]
+    assert service.architecture == architecture_from_config(snapshot)
+    assert service.stored_format == checkpoint_format_from_config(snapshot)
+
+
+def test_architecture_from_beside_architecture_is_refused(tmp_path: Path):
+    from inferstack.stacks import load_stack
+
+    write(tmp_path, LLAMA_3_1_8B)
+    text = (STACK_YAML % "config.json").replace("architecture_from", "architecture: {layers: 1}, architecture_from")
+    (tmp_path / "mine.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError, match=r"mine.yaml: models\[0\].architecture_from: is given beside `architecture`"):
+        load_stack(tmp_path, "mine")
+
+
+def test_architecture_from_a_missing_config_names_the_field_and_the_path(tmp_path: Path):
+    from inferstack.stacks import load_stack
+
+    (tmp_path / "mine.yaml").write_text(STACK_YAML % "nowhere/config.json", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"mine.yaml: models\[0\].architecture_from: .*nowhere/config.json does not exist"):
+        load_stack(tmp_path, "mine")
