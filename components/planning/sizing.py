@@ -110,35 +110,49 @@ class Fit:
 # ------------------------------------------------------------------------------------------- weights
 
 
+def vocabulary(model: ModelServiceSpec) -> tuple[int, bool] | None:
+    """(vocab_size, tied embeddings): the architecture's when it states them, else the catalog's; None if unknown."""
+    arch = model.resolved_architecture
+    if arch.vocab_size is not None:
+        return arch.vocab_size, arch.tied_embeddings
+    facts = vocabulary_facts(model.model)
+    return None if facts is None else (facts["vocab_size"], facts["tied_embeddings"])
+
+
 def embedding_params(model: ModelServiceSpec) -> int:
     """Parameters of the token embedding and LM head, which quantized checkpoints keep in 16 bits.
 
-    0 when the vocabulary is unknown (a model given only by `architecture`): every parameter is then
-    counted at the quantized width.
+    0 when the vocabulary is unknown (a model given only by `architecture` without vocab_size): every
+    parameter is then counted at the quantized width.
     """
-    vocab = vocabulary_facts(model.model)
-    if vocab is None:
+    known = vocabulary(model)
+    if known is None:
         return 0
-    matrices = 1 if vocab["tied_embeddings"] or model.resolved_architecture.task == "embed" else 2
-    return vocab["vocab_size"] * model.resolved_architecture.hidden_size * matrices
+    vocab_size, tied = known
+    matrices = 1 if tied or model.resolved_architecture.task == "embed" else 2
+    return vocab_size * model.resolved_architecture.hidden_size * matrices
 
 
 def bytes_per_param(stored: CheckpointFormat) -> float:
     """Bytes per quantized parameter of a format. Per-tensor, per-channel and 128x128-block scales add
-    under 0.1% and are not counted; group-wise scales (and zero points) are."""
+    under 0.1% and are not counted; group-wise scales (16-bit for AWQ/GPTQ, 8-bit E8M0 for MXFP4) and
+    zero points are."""
     width = stored.weight_bits / 8
     if stored.group_size is None:
         return width
-    return width + (SCALE_BYTES + (ZERO_POINT_BYTES if stored.zero_points else 0)) / stored.group_size
+    scale = stored.scale_bits / 8
+    return width + (scale + (ZERO_POINT_BYTES if stored.zero_points else 0)) / stored.group_size
 
 
 def format_bytes(model: ModelServiceSpec, stored: CheckpointFormat) -> int:
-    """The model's weights in a format: 16-bit embeddings and LM head, the rest at the format's width."""
-    params = round(model.resolved_architecture.params_billion * 1e9)
+    """The model's weights in a format: what the format covers at its width (every linear layer, or only the
+    MoE experts), the rest (embeddings, LM head, and for an experts-only format attention and router) in 16 bits."""
+    arch = model.resolved_architecture
+    params = round(arch.params_billion * 1e9)
     if stored.weight_bits == 16:
         return params * DTYPE_BYTES
-    embedding = embedding_params(model)
-    return int(embedding * DTYPE_BYTES + (params - embedding) * bytes_per_param(stored))
+    covered = arch.expert_params if stored.applies_to == "experts" else params - embedding_params(model)
+    return int((params - covered) * DTYPE_BYTES + covered * bytes_per_param(stored))
 
 
 def weights_bytes(model: ModelServiceSpec) -> int:
@@ -154,17 +168,53 @@ def checkpoint_bytes(model: ModelServiceSpec) -> int:
 # ------------------------------------------------------------------------------------------ KV cache
 
 
-def kv_bytes_per_token(model: ModelServiceSpec) -> int:
+def _per_layer_bytes(model: ModelServiceSpec, tensor_parallel: int) -> int:
+    """KV bytes one layer keeps per token on one tensor rank.
+
+    GQA/MHA: K and V of the rank's KV heads (replicated when there are fewer heads than ranks).
+    MLA: one compressed latent plus the decoupled RoPE key, the same on every rank: vLLM's MLA backends
+    cache `kv_lora_rank + qk_rope_head_dim` values per token and layer and do not split them over tensor
+    parallelism (vllm/v1/attention/backends/mla/common.py, `MLACommonBackend.get_kv_cache_shape`).
+    """
     arch = model.resolved_architecture
-    return 2 * arch.layers * arch.kv_heads * arch.head_dim * KV_BYTES[model.kv_cache_dtype]
+    width = KV_BYTES[model.kv_cache_dtype]
+    if arch.attention == "mla":
+        return (arch.kv_lora_rank + arch.qk_rope_head_dim) * width
+    return 2 * max(1, arch.kv_heads // tensor_parallel) * arch.head_dim * width
+
+
+def _layers_kept(model: ModelServiceSpec, layers: int) -> float:
+    """Of `layers` layers, how many keep every token of a max_model_len sequence: a sliding-window layer keeps
+    at most `sliding_window` of them (vLLM's hybrid KV cache manager frees what falls outside the window), so
+    it counts as that share of a layer. Windowed layers are spread evenly over pipeline stages."""
+    arch = model.resolved_architecture
+    if not arch.windowed_layers:
+        return layers
+    windowed = arch.windowed_layers * layers / arch.layers
+    return (layers - windowed) + windowed * min(1.0, arch.sliding_window / model.max_model_len)
+
+
+def kv_bytes_per_token(model: ModelServiceSpec) -> int:
+    """Whole-model KV bytes per token of a max_model_len sequence (one tensor rank's worth for MLA)."""
+    return math.ceil(_layers_kept(model, model.resolved_architecture.layers) * _per_layer_bytes(model, 1))
 
 
 def kv_bytes_per_token_per_device(model: ModelServiceSpec) -> int:
     """One device's share of a token: its layers (pipeline stage) and its KV heads (tensor rank)."""
+    stage_layers = math.ceil(model.resolved_architecture.layers / model.pipeline_parallel)
+    return math.ceil(_layers_kept(model, stage_layers) * _per_layer_bytes(model, model.tensor_parallel))
+
+
+def kv_formula(model: ModelServiceSpec) -> str:
+    """Which KV formula sizing used, as the plan states it."""
     arch = model.resolved_architecture
-    layers = math.ceil(arch.layers / model.pipeline_parallel)
-    heads = max(1, arch.kv_heads // model.tensor_parallel)
-    return 2 * layers * heads * arch.head_dim * KV_BYTES[model.kv_cache_dtype]
+    if arch.attention == "mla":
+        formula = f"MLA latent: {arch.layers} layers x ({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) values"
+    else:
+        formula = f"GQA: 2 x {arch.layers} layers x {arch.kv_heads} KV heads x {arch.head_dim}"
+    if arch.windowed_layers:
+        formula += f", {arch.windowed_layers} sliding-window layers keeping {arch.sliding_window} tokens"
+    return formula
 
 
 # ------------------------------------------------------------------------------------------- devices
@@ -213,9 +263,9 @@ def reserve_bytes_per_device(model: ModelServiceSpec, hardware: PoolHardware) ->
     if model.gpus_per_replica > 1:
         reserve += COLLECTIVE_RESERVE_BYTES
     reserve += batched_tokens * arch.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN // tp
-    vocab = vocabulary_facts(model.model)
-    if vocab is not None and arch.task == "generate":
-        reserve += seqs * vocab["vocab_size"] * LOGIT_BYTES // tp
+    known = vocabulary(model)
+    if known is not None and arch.task == "generate":
+        reserve += seqs * known[0] * LOGIT_BYTES // tp
     return reserve
 
 

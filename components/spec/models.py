@@ -404,6 +404,75 @@ class ModelArchitecture(Model):
     head_dim: int = Field(ge=1, description="Dimension per head. Required.")
     max_context: int = Field(ge=1, description="Longest context the model supports. Required.")
     task: Literal["generate", "embed"] = Field("generate", description="Text generation or embeddings. Defaults to generate.")
+    vocab_size: int | None = Field(
+        None, ge=1, description="Vocabulary size (config.json vocab_size). Defaults to the model catalog's, if any."
+    )
+    tied_embeddings: bool = Field(
+        False, description="The LM head shares the token embedding (config.json tie_word_embeddings). Defaults to false."
+    )
+    # Mixture of experts (config.json num_local_experts / n_routed_experts, num_experts_per_tok, ...).
+    active_params_billion: float | None = Field(
+        None, gt=0, description="Parameters a token uses (MoE: shared weights plus its experts). Defaults to all."
+    )
+    experts: int | None = Field(None, ge=2, description="Routed experts per MoE layer. Defaults to none: dense.")
+    experts_per_token: int | None = Field(None, ge=1, description="Routed experts a token uses. Required with experts.")
+    shared_experts: int = Field(0, ge=0, description="Experts every token uses (DeepSeek, Qwen2-MoE). Defaults to 0.")
+    moe_layers: int | None = Field(
+        None, ge=1, description="Layers whose MLP is MoE (DeepSeek keeps its first 3 dense). Defaults to every layer."
+    )
+    moe_intermediate_size: int | None = Field(
+        None, ge=1, description="Intermediate size of one expert's gated MLP. Required with experts."
+    )
+    # Attention: grouped-query (K and V per KV head) or multi-head latent (one compressed latent per token).
+    attention: Literal["gqa", "mla"] = Field(
+        "gqa", description="'gqa' (multi-head and grouped-query) or 'mla' (multi-head latent attention). Defaults to gqa."
+    )
+    kv_lora_rank: int | None = Field(None, ge=1, description="MLA latent dimension (config.json kv_lora_rank). Required with mla.")
+    qk_rope_head_dim: int | None = Field(
+        None, ge=1, description="MLA decoupled RoPE key dimension (config.json qk_rope_head_dim). Required with mla."
+    )
+    sliding_window: int | None = Field(None, ge=1, description="Tokens a sliding-window layer attends. Defaults to none.")
+    sliding_window_layers: int | None = Field(
+        None, ge=0, description="Layers that use the sliding window; the rest attend the full context. Defaults to all "
+        "layers when sliding_window is set.",
+    )
+
+    @model_validator(mode="after")
+    def _kinds_complete(self) -> "ModelArchitecture":
+        needs = []
+        if self.experts is not None:
+            needs += [f for f in ("experts_per_token", "moe_intermediate_size") if getattr(self, f) is None]
+        if self.attention == "mla":
+            needs += [f for f in ("kv_lora_rank", "qk_rope_head_dim") if getattr(self, f) is None]
+        if needs:
+            raise ValueError(
+                f"{'an MoE' if self.experts is not None else 'an MLA'} architecture needs {', '.join(needs)}. To fix: "
+                "set them from the model's config.json"
+            )
+        if self.experts is not None and self.experts_per_token > self.experts:
+            raise ValueError(
+                f"experts_per_token {self.experts_per_token} is more than experts {self.experts}. To fix: use the "
+                "config.json's num_experts_per_tok"
+            )
+        for name in ("moe_layers", "sliding_window_layers"):
+            value = getattr(self, name)
+            if value is not None and value > self.layers:
+                raise ValueError(f"{name} {value} is more than layers {self.layers}. To fix: at most {self.layers}")
+        return self
+
+    @property
+    def expert_params(self) -> int:
+        """Routed-expert weights across the MoE layers: gate, up and down projections of each expert."""
+        if self.experts is None:
+            return 0
+        layers = self.layers if self.moe_layers is None else self.moe_layers
+        return layers * self.experts * 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def windowed_layers(self) -> int:
+        if self.sliding_window is None:
+            return 0
+        return self.layers if self.sliding_window_layers is None else self.sliding_window_layers
 
 
 class CheckpointFormat(Model):
@@ -414,7 +483,7 @@ class CheckpointFormat(Model):
     the LM head stay 16-bit in every format here.
     """
 
-    quant_method: Literal["none", "awq", "gptq", "fp8", "compressed-tensors"] = Field(
+    quant_method: Literal["none", "awq", "gptq", "fp8", "compressed-tensors", "mxfp4"] = Field(
         "none",
         description="`quantization_config.quant_method` of the checkpoint's config.json; none for a 16-bit "
         "checkpoint (no quantization_config). Defaults to none.",
@@ -435,6 +504,14 @@ class CheckpointFormat(Model):
     zero_points: bool = Field(
         False, description="A 4-bit zero point is stored per group (AWQ, GPTQ). Defaults to false."
     )
+    scale_bits: Literal[8, 16] = Field(
+        16, description="Bits of each group's scale: 16 (AWQ, GPTQ), 8 (MXFP4's E8M0 per 32 weights). Defaults to 16."
+    )
+    applies_to: Literal["linear", "experts"] = Field(
+        "linear",
+        description="Which weights the format covers: every linear layer, or only the MoE experts (gpt-oss's MXFP4, "
+        "with attention and the router in 16 bits). Defaults to linear.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> "CheckpointFormat":
@@ -444,6 +521,7 @@ class CheckpointFormat(Model):
             "gptq": {(4, "int"), (8, "int")},
             "fp8": {(8, "float")},
             "compressed-tensors": {(4, "int"), (8, "int"), (8, "float")},
+            "mxfp4": {(4, "float")},
         }
         if (self.weight_bits, self.weight_type) not in kinds[self.quant_method]:
             allowed = ", ".join(f"{bits}-bit {kind}" for bits, kind in sorted(kinds[self.quant_method]))
