@@ -217,3 +217,107 @@ def test_unknown_gpu_suggests_close_names() -> None:
 def test_catalog_mappings_are_read_only() -> None:
     with pytest.raises(TypeError):
         INSTANCE_TYPES["x"] = INSTANCE_TYPES["p5.48xlarge"]  # type: ignore[index]
+
+
+# ------------------------------------------------------------------------------------------ model catalog
+# Every fact below is a Hugging Face config.json key or a model-card figure; models.json's `model_sources`
+# names, per model, the config.json and card it was read from (e.g. huggingface.co/openai/gpt-oss-20b
+# config.json, huggingface.co/Qwen/Qwen3-235B-A22B config.json, the Llama 4 Scout text_config).
+
+from inferstack.catalog import models as model_catalog  # noqa: E402
+from inferstack.spec.models import CheckpointFormat, ModelArchitecture  # noqa: E402
+
+MODEL_IDS = sorted(model_catalog.MODELS)
+MOE_IDS = sorted(m for m, f in model_catalog.MODELS.items() if f.get("experts") is not None)
+
+
+def catalog_architecture(model_id: str) -> ModelArchitecture:
+    return ModelArchitecture(**model_catalog.MODELS[model_id], **model_catalog.VOCABULARY[model_id])
+
+
+def test_the_catalog_holds_at_least_thirty_base_models() -> None:
+    """Issue 14 item 3 asks for a catalog of what teams run: at least 30 models."""
+    assert len(MODEL_IDS) >= 30
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_model_facts_are_a_valid_architecture(model_id: str) -> None:
+    arch = catalog_architecture(model_id)
+    assert arch.params_billion > 0 and arch.vocab_size == model_catalog.VOCABULARY[model_id]["vocab_size"]
+
+
+def test_models_vocabulary_and_sources_name_the_same_ids() -> None:
+    assert set(model_catalog.VOCABULARY) == set(model_catalog.MODELS)
+    assert set(model_catalog.MODEL_SOURCES) == set(model_catalog.MODELS)
+
+
+@pytest.mark.parametrize("model_id", sorted([*model_catalog.MODELS, *model_catalog.CHECKPOINTS]))
+def test_every_model_and_checkpoint_says_where_its_facts_were_read(model_id: str) -> None:
+    source = model_catalog.model_source(model_id)
+    assert isinstance(source, str) and len(source.split()) >= 5, source
+
+
+def test_model_source_refuses_an_id_the_catalog_does_not_hold() -> None:
+    with pytest.raises(KeyError, match="not in the model catalog"):
+        model_catalog.model_source("example/not-a-model")
+
+
+@pytest.mark.parametrize("checkpoint_id", sorted(model_catalog.CHECKPOINTS))
+def test_checkpoint_maps_to_a_catalog_model_with_a_valid_format(checkpoint_id: str) -> None:
+    checkpoint = model_catalog.CHECKPOINTS[checkpoint_id]
+    assert checkpoint["base_model"] in model_catalog.MODELS
+    assert CheckpointFormat(**checkpoint["format"]).quant_method != "none"
+
+
+def _attention_params(arch: ModelArchitecture) -> int:
+    """Q, K, V and output projections of a GQA layer; 0 for MLA, whose projections need q_lora_rank (not a field)."""
+    if arch.attention == "mla":
+        return 0
+    q_and_o = 2 * arch.hidden_size * arch.attention_heads * arch.head_dim
+    k_and_v = 2 * arch.hidden_size * arch.kv_heads * arch.head_dim
+    return arch.layers * (q_and_o + k_and_v)
+
+
+def _embedding_params(arch: ModelArchitecture) -> int:
+    matrices = 1 if arch.tied_embeddings or arch.task == "embed" else 2
+    return arch.vocab_size * arch.hidden_size * matrices
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_attention_experts_and_embeddings_fit_in_the_stated_parameters(model_id: str) -> None:
+    """The shapes' weights never exceed the model card's total (1% slack: cards round, e.g. Qwen3-30B-A3B's 30.5B)."""
+    arch = catalog_architecture(model_id)
+    assert _attention_params(arch) + _embedding_params(arch) + arch.expert_params <= arch.params_billion * 1e9 * 1.01
+
+
+@pytest.mark.parametrize("model_id", MOE_IDS)
+def test_moe_expert_weights_are_below_the_total(model_id: str) -> None:
+    """moe_layers x experts x 3 x hidden x moe_intermediate_size: the routed experts alone stay below params_billion."""
+    arch = catalog_architecture(model_id)
+    assert arch.expert_params < arch.params_billion * 1e9
+    assert arch.active_params_billion is not None and arch.active_params_billion < arch.params_billion
+
+
+@pytest.mark.parametrize("model_id", MOE_IDS)
+def test_moe_total_is_within_five_percent_of_its_shapes(model_id: str) -> None:
+    """Routed and shared experts (each moe_intermediate_size wide), attention and embeddings give the card's total.
+
+    The estimate leaves out what the architecture has no field for: dense layers' MLPs (DeepSeek's first 3,
+    Llama 4 Maverick's 24 non-MoE layers), MLA's projections and norms, each under 2% of these models.
+    """
+    arch = catalog_architecture(model_id)
+    layers = arch.layers if arch.moe_layers is None else arch.moe_layers
+    one_expert_everywhere = layers * 3 * arch.hidden_size * arch.moe_intermediate_size
+    estimate = (
+        _attention_params(arch) + _embedding_params(arch) + one_expert_everywhere * (arch.experts + arch.shared_experts)
+    )
+    assert estimate == pytest.approx(arch.params_billion * 1e9, rel=0.05)
+
+
+@pytest.mark.parametrize("model_id", MOE_IDS)
+def test_moe_active_parameters_hold_the_experts_a_token_uses(model_id: str) -> None:
+    """A token multiplies with its experts_per_token routed experts and the shared ones in every MoE layer."""
+    arch = catalog_architecture(model_id)
+    layers = arch.layers if arch.moe_layers is None else arch.moe_layers
+    used = layers * 3 * arch.hidden_size * arch.moe_intermediate_size * (arch.experts_per_token + arch.shared_experts)
+    assert used < arch.active_params_billion * 1e9

@@ -2,7 +2,8 @@
 
 A pre-quantized checkpoint shares its base model's architecture and vocabulary; `models.json` maps
 it to that base model and states its stored format (the checkpoint's `quantization_config`), with
-where each fact was read.
+where each fact was read: `model_sources` for a base model (its config.json and model card), the
+checkpoint's own `source` for a checkpoint.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 _RAW = json.loads(files("inferstack.catalog").joinpath("models.json").read_text(encoding="utf-8"))
+_SECTIONS = {"sources", "models", "model_sources", "checkpoints", "vocabulary"}
+if set(_RAW) != _SECTIONS:
+    raise ValueError(f"models.json has sections {sorted(_RAW)}, expected exactly {sorted(_SECTIONS)}")
 
 # Where the catalog's model facts were read (config.json keys, model cards).
 SOURCES: str = _RAW["sources"]
 MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["models"].items()}
 )
+# Base model id -> where its architecture, vocabulary and parameter counts were read.
+MODEL_SOURCES: Mapping[str, str] = MappingProxyType(dict(_RAW["model_sources"]))
 # Pre-quantized checkpoint id -> {"base_model", "format" (CheckpointFormat fields), "source"}.
 CHECKPOINTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["checkpoints"].items()}
@@ -56,6 +62,16 @@ def checkpoints_of(model_id: str) -> list[str]:
     """The catalog's pre-quantized checkpoints of the same base model, other than `model_id` itself."""
     base = base_model(model_id)
     return [name for name, facts in CHECKPOINTS.items() if facts["base_model"] == base and name != model_id]
+
+
+def model_source(model_id: str) -> str:
+    """Where the catalog read a model's facts (a checkpoint's own source); KeyError for an id not in the catalog."""
+    checkpoint = CHECKPOINTS.get(model_id)
+    if checkpoint is not None:
+        return checkpoint["source"]
+    if model_id not in MODEL_SOURCES:
+        raise KeyError(f"{model_id!r} is not in the model catalog")
+    return MODEL_SOURCES[model_id]
 
 
 def known_model_ids() -> list[str]:
