@@ -66,6 +66,12 @@ class Gpu:
     def mig_capable(self) -> bool:
         return bool(self.mig_profiles)
 
+    @property
+    def fp4(self) -> bool:
+        """FP4 tensor cores (MXFP4, NVFP4): compute capability 10.0 and newer, i.e. Blackwell (NVIDIA Blackwell
+        architecture technical brief: fifth-generation tensor cores add FP4; Hopper's stop at FP8)."""
+        return int(self.compute_capability.split(".")[0]) >= 10
+
     def mig_profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)
 

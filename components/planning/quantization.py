@@ -41,6 +41,9 @@ def describe(stored: CheckpointFormat) -> str:
             return "compressed-tensors FP8 (W8A8)"
         scheme = f"W{stored.weight_bits}A{stored.activation_bits}"
         return f"compressed-tensors {scheme} INT{stored.weight_bits}{group}"
+    if stored.quant_method == "mxfp4":
+        part = " experts" if stored.applies_to == "experts" else ""
+        return f"MXFP4{part} (FP4 with an 8-bit scale per {stored.group_size})"
     if stored.quant_method == "fp8":
         return "FP8"
     return f"{stored.quant_method.upper()} {stored.weight_bits}-bit{group}"
@@ -81,6 +84,8 @@ def kernel_family(model: ModelServiceSpec, gpu: Gpu) -> str:
     served = served_format(model)
     if served.weight_bits == 16:
         return "16-bit"
+    if served.weight_type == "float" and served.weight_bits == 4:
+        return "w4a16-marlin"  # MXFP4: weight-only below Blackwell; the step model has no FP4 family yet
     if served.weight_type == "float":
         # The GPU catalog's FP8 hardware flag (compute capability 8.9 and newer).
         return "w8a8-fp8" if gpu.fp8 else "w8a16-marlin"
@@ -100,6 +105,13 @@ def kernel(model: ModelServiceSpec, gpu: Gpu) -> str:
         return f"FP8 W8A8 on FP8 tensor cores ({how})"
     if family == "w8a8-int8":
         return "INT8 W8A8 (CUTLASS scaled-mm)"
+    if served.weight_type == "float" and served.weight_bits == 4:
+        if gpu.fp4:
+            return f"MXFP4 on FP4 tensor cores ({gpu.name})"
+        return (
+            f"MXFP4 weight-only (W4A16): {gpu.name} has no FP4 tensor cores, so weights take 4.25 bits each but "
+            "matmuls run at the 16-bit rate"
+        )
     if served.weight_type == "float":
         return (
             f"weight-only FP8 Marlin (W8A16, {how}): {gpu.name} has no FP8 tensor cores, so weights take 1 byte "

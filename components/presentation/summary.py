@@ -12,7 +12,7 @@ from inferstack.engine.recorder import Recording
 from inferstack.planning.cost import nodes_cost, stack_costs
 from inferstack.planning.node_groups import nodes_at, nodes_at_min
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
-from inferstack.planning.sizing import GIB, fit
+from inferstack.planning.sizing import GIB, fit, kv_formula
 from inferstack.presentation.pool_drawing import pack
 from inferstack.serving import names
 from inferstack.serving.transport import transport
@@ -129,6 +129,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "replicas": {"min": model.autoscaling.min_replicas, "max": model.autoscaling.max_replicas},
                 "weights_gib": round(result.weights_bytes / GIB, 2),
                 "weights": weights_format(model, hardware),
+                "kv_formula": kv_formula(model),
                 "kv_cache_gib": round(result.kv_cache_bytes / GIB, 2),
                 "memory_gib": round(result.memory_bytes / GIB, 2),
                 "kv_tokens": result.kv_tokens,
