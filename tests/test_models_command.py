@@ -107,7 +107,7 @@ def test_a_checkpoint_shows_its_base_model_and_stored_format_with_sources(capsys
     assert report["base_model"] == facts["base_model"]
     assert report["stored_format"]["quant_method"] == facts["format"]["quant_method"]
     assert report["stored_format_source"] == facts["source"]
-    assert report["source"] == model_catalog.SOURCES
+    assert report["source"] == model_catalog.model_source(facts["base_model"])
 
 
 def test_the_text_report_names_the_facts_and_the_fit_table(capsys):
@@ -161,4 +161,5 @@ def test_a_name_and_a_config_together_are_refused(tmp_path: Path, capsys):
 @pytest.mark.parametrize("name", sorted(model_catalog.MODELS))
 def test_every_catalog_model_has_a_report(capsys, name: str):
     status, out, _ = run(capsys, name, "--json")
-    assert status == 0 and json.loads(out)["name"] == name
+    report = json.loads(out)
+    assert status == 0 and report["name"] == name and report["source"] == model_catalog.model_source(name)

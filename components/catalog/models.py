@@ -18,8 +18,6 @@ _SECTIONS = {"sources", "models", "model_sources", "checkpoints", "vocabulary"}
 if set(_RAW) != _SECTIONS:
     raise ValueError(f"models.json has sections {sorted(_RAW)}, expected exactly {sorted(_SECTIONS)}")
 
-# Where the catalog's model facts were read (config.json keys, model cards).
-SOURCES: str = _RAW["sources"]
 MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["models"].items()}
 )

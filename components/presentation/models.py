@@ -125,7 +125,7 @@ def model_report(name: str) -> dict[str, Any]:
             {"name": c, "format": format_label(stored_format(c)), "source": model_catalog.CHECKPOINTS[c]["source"]}
             for c in model_catalog.checkpoints_of(name)
         ],
-        "source": model_catalog.SOURCES,
+        "source": model_catalog.model_source(base),
         "fits": [fit_row for gpu_type in smallest_type_per_gpu() for fit_row in _fits_on(name, arch, gpu_type)],
     }
 
