@@ -136,3 +136,22 @@ def test_an_architecture_given_in_the_spec_sizes_like_the_catalog_entry():
                     checkpoint_format={"quant_method": "mxfp4", "weight_bits": 4, "weight_type": "float",
                                        "group_size": 32, "scale_bits": 8, "applies_to": "experts"})
     assert weights_bytes(model) == weights_bytes(service("openai/gpt-oss-120b", max_model_len=8192))
+
+
+def test_a_moe_step_reads_only_the_experts_its_tokens_touch():
+    """One decoding token of gpt-oss-120b routes to 4 of 128 experts per layer: the step reads every dense
+    weight and 4/128 of the expert weights; n tokens, routed uniformly, touch 1 - (124/128)^n of them. The
+    matmul work is 2 x the 5.13B active parameters a token, not 2 x 116.83B."""
+    from inferstack.planning.service_performance import engine_for
+    from inferstack.planning.sizing import expert_weights_bytes
+
+    model = service("openai/gpt-oss-120b", max_model_len=8192, max_num_seqs=64)
+    experts = int(114_661_785_600 * (0.5 + 1 / 32))                  # MXFP4 experts, as stored
+    assert expert_weights_bytes(model) == experts == 60_914_073_600
+    shard = engine_for(model, H100).shard
+    dense = 65_250_502_400 - experts                                  # attention, router, embeddings in 16 bits
+    assert shard.weights_read(1) == dense + experts * 4 / 128
+    assert shard.weights_read(64) == pytest.approx(dense + experts * (1 - (124 / 128) ** 64))
+    assert shard.linear_flops_per_token == 2 * 5.13e9
+    dense_model = engine_for(service("meta-llama/Llama-3.1-8B-Instruct", max_model_len=8192), H100).shard
+    assert dense_model.weights_read(1) == dense_model.weights_read(64) == dense_model.weights_bytes

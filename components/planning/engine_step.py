@@ -199,6 +199,19 @@ class Shard:
     hidden_size: int
     tensor_parallel: int
     link: Link | None                           # None when tensor_parallel is 1
+    expert_weights_bytes: int = 0               # the routed experts' part of weights_bytes (MoE)
+    experts: int = 0                            # routed experts per MoE layer; 0 for a dense model
+    experts_per_token: int = 0
+
+    def weights_read(self, tokens: float) -> float:
+        """Weight bytes one step reads for `tokens` tokens: every dense weight, and of the routed experts the
+        share its tokens touch. With each token routing to k of E experts, uniformly (the assumption), a
+        step of n tokens touches 1 - (1 - k/E)^n of them (so one decoding token reads k/E of the experts,
+        a large batch nearly all)."""
+        if not self.experts:
+            return self.weights_bytes
+        touched = 1 - (1 - self.experts_per_token / self.experts) ** max(tokens, 1.0)
+        return self.weights_bytes - self.expert_weights_bytes + self.expert_weights_bytes * touched
 
 
 @dataclass(frozen=True)
@@ -225,7 +238,7 @@ def step_time(
     attending on average `prompt_attended_context` tokens each; `running` counts every admitted sequence."""
     kernel = shard.kernel
     tokens = decoding + prompt_tokens
-    read = shard.weights_bytes / (device.bandwidth_bytes_per_second * constants.bandwidth_share[kernel.name])
+    read = shard.weights_read(tokens) / (device.bandwidth_bytes_per_second * constants.bandwidth_share[kernel.name])
     peak = device.peak_flops.get(kernel.peak) or device.peak_flops["bf16"]
     compute = tokens * shard.linear_flops_per_token / (peak * constants.compute_share[kernel.name])
     kv = decoding * mean_context * shard.kv_bytes_per_token / (

@@ -16,7 +16,7 @@ from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
 from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.quantization import kernel_family
-from inferstack.planning.sizing import fit, scheduler_defaults
+from inferstack.planning.sizing import expert_weights_bytes, fit, scheduler_defaults
 from inferstack.spec.models import (
     LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec,
 )
@@ -77,13 +77,16 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     shard = Shard(
         weights_bytes=sized.weights_bytes_per_device,
         kv_bytes_per_token=sized.kv_bytes_per_token_per_device,
-        linear_flops_per_token=2 * arch.params_billion * 1e9 / (tp * pp),
+        linear_flops_per_token=2 * (arch.active_params_billion or arch.params_billion) * 1e9 / (tp * pp),
         attention_flops_per_token_and_context=4 * layers * arch.attention_heads * arch.head_dim / tp,
         kernel=KERNELS[kernel_family(model, hardware.gpu)],
         layers=layers,
         hidden_size=arch.hidden_size,
         tensor_parallel=tp,
         link=link,
+        expert_weights_bytes=math.ceil(expert_weights_bytes(model) / (tp * pp)),
+        experts=arch.experts or 0,
+        experts_per_token=arch.experts_per_token or 0,
     )
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(

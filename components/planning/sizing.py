@@ -155,6 +155,13 @@ def format_bytes(model: ModelServiceSpec, stored: CheckpointFormat) -> int:
     return int((params - covered) * DTYPE_BYTES + covered * bytes_per_param(stored))
 
 
+def expert_weights_bytes(model: ModelServiceSpec) -> int:
+    """The routed experts' share of `weights_bytes`: what a step reads only for the experts its tokens use."""
+    served = served_format(model)
+    experts = model.resolved_architecture.expert_params
+    return int(experts * (DTYPE_BYTES if served.weight_bits == 16 else bytes_per_param(served)))
+
+
 def weights_bytes(model: ModelServiceSpec) -> int:
     """Weights held on the GPU: the checkpoint as stored, or FP8 when vLLM quantizes a 16-bit one online."""
     return format_bytes(model, served_format(model))
