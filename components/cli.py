@@ -60,6 +60,7 @@ def _add_models_command(commands) -> None:
 
 def _models(args: argparse.Namespace) -> int:
     """The catalog, one model of it, or a config.json read offline; 2 on an unknown name or a bad config."""
+    from inferstack.catalog.hf_config import service_fields_from_config
     from inferstack.presentation import models
     from inferstack.spec import SpecError
 
@@ -68,7 +69,7 @@ def _models(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         if args.config is not None:
-            read = models.config_reading(args.config)
+            read = service_fields_from_config(args.config)
             text = json.dumps(read, indent=2) if args.json else models.reading_as_yaml(read, args.config)
             print(text.rstrip("\n"))
         elif args.name is not None:

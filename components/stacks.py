@@ -135,7 +135,7 @@ def _load_document(path: Path) -> StackSpec:
 def _read_architecture_from(path: Path, data: Any) -> None:
     """A model service's `architecture_from: <config.json or snapshot folder>` (relative to the stack file's
     folder) becomes the `architecture` it describes, and its `checkpoint_format` unless the service states one."""
-    from inferstack.catalog.hf_config import architecture_from_config, checkpoint_format_from_config
+    from inferstack.catalog.hf_config import service_fields_from_config
 
     services = data.get("models") if isinstance(data, dict) else None
     for index, service in enumerate(services if isinstance(services, list) else []):
@@ -146,12 +146,10 @@ def _read_architecture_from(path: Path, data: Any) -> None:
             raise SpecError(at, "is given beside `architecture`", "keep one of them")
         config = path.parent / str(service.pop("architecture_from"))
         try:
-            service["architecture"] = architecture_from_config(config).model_dump(exclude_defaults=True)
-            stored = checkpoint_format_from_config(config)
+            read = service_fields_from_config(config)
         except SpecError as error:
             raise SpecError(at, f"{error.path}: {error.problem}", error.fix) from None
-        if stored is not None and "checkpoint_format" not in service:
-            service["checkpoint_format"] = stored.model_dump(exclude_defaults=True)
+        service.update({field: value for field, value in read.items() if field not in service})
 
 
 def _parse_yaml(path: Path, text: str) -> Any:

@@ -64,6 +64,18 @@ def checkpoint_format_from_config(path: str | Path) -> CheckpointFormat | None:
     return checkpoint_format_from_mapping(read_config(file), file)
 
 
+def service_fields_from_config(path: str | Path) -> dict[str, Any]:
+    """A model service's `architecture` and, for a quantized checkpoint, `checkpoint_format`, as plain fields
+    (defaults left out), from one reading of the config.json."""
+    file = config_file(path)
+    config = read_config(file)
+    fields: dict[str, Any] = {"architecture": architecture_from_mapping(config, file).model_dump(exclude_defaults=True)}
+    stored = checkpoint_format_from_mapping(config, file)
+    if stored is not None:
+        fields["checkpoint_format"] = stored.model_dump(exclude_defaults=True)
+    return fields
+
+
 def config_file(path: str | Path) -> Path:
     """The config.json itself, or the one inside a snapshot directory."""
     given = Path(path)

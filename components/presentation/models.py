@@ -16,7 +16,6 @@ import yaml
 
 from inferstack.catalog import INSTANCE_TYPES, InstanceType
 from inferstack.catalog import models as model_catalog
-from inferstack.catalog.hf_config import architecture_from_config, checkpoint_format_from_config
 from inferstack.planning.sizing import GIB, fit, parallelism_problem
 from inferstack.spec import CheckpointFormat, ModelArchitecture, ModelServiceSpec, NodePoolSpec
 from inferstack.spec.models import SIXTEEN_BIT, catalog_stored_format
@@ -128,15 +127,6 @@ def model_report(name: str) -> dict[str, Any]:
         "source": model_catalog.model_source(base),
         "fits": [fit_row for gpu_type in smallest_type_per_gpu() for fit_row in _fits_on(name, arch, gpu_type)],
     }
-
-
-def config_reading(path: Path) -> dict[str, Any]:
-    """What a config.json states, as a model service's `architecture` (and `checkpoint_format` when quantized)."""
-    reading: dict[str, Any] = {"architecture": architecture_from_config(path).model_dump(exclude_defaults=True)}
-    stored = checkpoint_format_from_config(path)
-    if stored is not None:
-        reading["checkpoint_format"] = stored.model_dump(exclude_defaults=True)
-    return reading
 
 
 def reading_as_yaml(reading: dict[str, Any], path: Path) -> str:
