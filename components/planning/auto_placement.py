@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferstack.catalog import on_demand_price
-from inferstack.planning.sizing import fit, parallelism_problem, weights_bytes
+from inferstack.planning.sizing import fit, parallelism_problem, stated_sequences, weights_bytes
 from inferstack.spec.errors import SpecError, quoted
 from inferstack.spec.models import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
 from inferstack.spec.pools import WHOLE_GPU, PoolHardware
@@ -121,7 +121,7 @@ def resolve_models(spec: StackSpec, pools: dict[str, PoolHardware]) -> tuple[Mod
 
 
 def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools, region: str) -> SpecError:
-    need = f"{model.max_model_len} tokens x {model.max_num_seqs or 1} sequences"
+    need = f"{model.max_model_len} tokens x {stated_sequences(model)} sequences"
     names = list(pools) if model.pool == AUTO else [model.pool]
     unpriced = [name for name in names if on_demand_price(pools[name].primary.name, region) is None]
     if not options and unpriced == names:

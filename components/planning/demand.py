@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from inferstack.catalog import INSTANCE_TYPES, Gpu, instance_type, on_demand_price
-from inferstack.planning.sizing import Fit, kv_bytes_per_token, weights_bytes
+from inferstack.planning.sizing import Fit, kv_bytes_per_token, stated_sequences, weights_bytes
 from inferstack.spec.models import MigSharing, ModelServiceSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
 
@@ -61,8 +61,8 @@ class Demand:
 
     @property
     def concurrency(self) -> int:
-        """Full-length sequences the KV cache must hold at once: max_num_seqs, or one."""
-        return self.model.max_num_seqs or 1
+        """Full-length sequences the KV cache must hold at once."""
+        return stated_sequences(self.model)
 
     @property
     def memory_need_bytes(self) -> tuple[int, int]:

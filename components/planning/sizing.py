@@ -276,6 +276,11 @@ def reserve_bytes_per_device(model: ModelServiceSpec, hardware: PoolHardware) ->
     return reserve
 
 
+def stated_sequences(model: ModelServiceSpec) -> int:
+    """Full-length sequences the service states it runs at once: max_num_seqs, or one when it leaves that to vLLM."""
+    return model.max_num_seqs or 1
+
+
 def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
     return Fit(
         devices=model.gpus_per_replica,
@@ -286,7 +291,7 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
         kv_bytes_per_token=kv_bytes_per_token(model),
         kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model),
         max_model_len=model.max_model_len,
-        stated_sequences=model.max_num_seqs or 1,
+        stated_sequences=stated_sequences(model),
     )
 
 
