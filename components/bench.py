@@ -111,7 +111,7 @@ def generate_stack(services: int):
             return max(math.ceil(n / hardware.resources_per_node[r]) for r, n in needed.items())
 
         baseline = nodes(lambda m: m.autoscaling.min_replicas if m.tier == "online" else 0)
-        most = max(nodes(lambda m: m.autoscaling.max_replicas), max(m.pipeline_parallel for m in served))
+        most = max(nodes(lambda m: m.autoscaling.max_replicas), max(m.nodes_per_replica for m in served))
         pools.append(
             NodePoolSpec(
                 name=name, min_nodes=baseline, max_nodes=most,
@@ -366,7 +366,7 @@ def placement_scale_line() -> dict[str, Any]:
     services = GENERATED_SIZES[-1]
     spec = generate_stack(services)
     demands = [
-        Demand.from_spec(m.model_copy(update={"pool": "auto"})) for m in spec.models if m.pipeline_parallel == 1
+        Demand.from_spec(m.model_copy(update={"pool": "auto"})) for m in spec.models if not m.multi_node
     ]
     options = catalog_options(spec.region)
     started = time.process_time()

@@ -139,9 +139,9 @@ def test_multi_node_leader_and_worker():
 
 
 def test_roles_must_match_the_parallelism():
-    with pytest.raises(ValueError, match="does not match pipeline_parallel"):
+    with pytest.raises(ValueError, match="does not match the 1 node"):
         serve_argv(model(), H100, "/m", role="leader")
-    with pytest.raises(ValueError, match="does not match pipeline_parallel 2"):
+    with pytest.raises(ValueError, match="does not match the 2 node"):
         serve_argv(model(model="meta-llama/Llama-3.1-70B-Instruct", tensor_parallel=8, pipeline_parallel=2), H100, "/m")
 
 

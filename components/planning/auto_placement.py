@@ -43,23 +43,25 @@ def _share_of_node(hardware: PoolHardware, candidate: ModelServiceSpec) -> float
         return per_gpu * profile.compute_slices / hardware.gpu.mig_compute_slices
     if isinstance(sharing, (TimeSlicing, MpsSharing)):
         return per_gpu / sharing.replicas
-    return per_gpu * candidate.tensor_parallel * candidate.pipeline_parallel
+    return per_gpu * candidate.gpus_per_replica
 
 
 def _shapes(model: ModelServiceSpec, hardware: PoolHardware) -> list[dict]:
     """The (tensor_parallel, mig_profile) choices the pool allows, honouring fields the spec fixed."""
     sharing = hardware.spec.gpu_sharing
     if isinstance(sharing, MigSharing):
-        if model.tensor_parallel not in (AUTO, 1) or model.pipeline_parallel > 1:
+        if model.tensor_parallel not in (AUTO, 1) or model.pipeline_parallel > 1 or model.data_parallel > 1:
             return []
         profiles = list(sharing.layout) if model.mig_profile == AUTO else [model.mig_profile]
         return [{"tensor_parallel": 1, "mig_profile": p} for p in profiles if p in sharing.layout]
     if model.mig_profile not in (AUTO, None):
         return []
     if isinstance(sharing, (TimeSlicing, MpsSharing)):
-        ok = model.tensor_parallel in (AUTO, 1) and model.pipeline_parallel == 1
+        ok = model.tensor_parallel in (AUTO, 1) and model.pipeline_parallel == 1 and model.data_parallel == 1
         return [{"tensor_parallel": 1, "mig_profile": None}] if ok else []
-    sizes = [s for s in TENSOR_PARALLEL_SIZES if hardware.gpus_per_node % s == 0]
+    # A pod holds a tensor-parallel group per data-parallel rank on its node.
+    sizes = [s for s in TENSOR_PARALLEL_SIZES
+             if hardware.gpus_per_node % s == 0 and s * model.data_parallel_per_node <= hardware.gpus_per_node]
     if model.tensor_parallel != AUTO:
         sizes = [model.tensor_parallel] if model.tensor_parallel in sizes else []
     return [{"tensor_parallel": tp, "mig_profile": None} for tp in sizes]

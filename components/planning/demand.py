@@ -36,10 +36,11 @@ class Demand:
     def from_spec(cls, model: ModelServiceSpec, *, replicas: int | None = None) -> Demand:
         """Pool, tensor_parallel and mig_profile are the planner's to choose when left unset or 'auto';
         replicas default to min_replicas (at least 1)."""
-        if model.pipeline_parallel > 1:
+        if model.pipeline_parallel > 1 or model.data_parallel > 1:
+            layout = "pipeline_parallel" if model.pipeline_parallel > 1 else "data_parallel"
             raise PlacementError(
-                f"model service {model.name!r} uses pipeline_parallel={model.pipeline_parallel}: multi-node "
-                "replicas are not auto-placed. To fix: name its pool and tensor_parallel explicitly."
+                f"model service {model.name!r} uses {layout}={getattr(model, layout)}: pipeline-parallel and "
+                "data-parallel replicas are not auto-placed. To fix: name its pool and tensor_parallel explicitly."
             )
 
         def chosen(field: str):

@@ -202,15 +202,18 @@ class Shard:
     expert_weights_bytes: int = 0               # the routed experts' part of weights_bytes (MoE)
     experts: int = 0                            # routed experts per MoE layer; 0 for a dense model
     experts_per_token: int = 0
+    expert_token_sources: int = 1               # data-parallel ranks whose tokens reach this device's experts
 
     def weights_read(self, tokens: float) -> float:
         """Weight bytes one step reads for `tokens` tokens: every dense weight, and of the routed experts the
         share its tokens touch. With each token routing to k of E experts, uniformly (the assumption), a
         step of n tokens touches 1 - (1 - k/E)^n of them (so one decoding token reads k/E of the experts,
-        a large batch nearly all)."""
+        a large batch nearly all). Under data parallelism every rank's tokens reach the shared MoE layers, so
+        n counts the tokens of `expert_token_sources` ranks stepping alike."""
         if not self.experts:
             return self.weights_bytes
-        touched = 1 - (1 - self.experts_per_token / self.experts) ** max(tokens, 1.0)
+        routed = max(tokens, 1.0) * self.expert_token_sources
+        touched = 1 - (1 - self.experts_per_token / self.experts) ** routed
         return self.weights_bytes - self.expert_weights_bytes + self.expert_weights_bytes * touched
 
 

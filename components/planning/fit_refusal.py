@@ -77,26 +77,28 @@ def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
             options.append(f"lower precision: {change}{note} gives {_describe(result)}")
             break
 
-    # More GPUs: tensor parallel inside a node, then pipeline stages across nodes.
+    # More GPUs: tensor parallel inside a node, then pipeline stages across nodes (a data-parallel replica
+    # keeps its ranks and grows each rank's tensor-parallel group).
     whole = hardware
     if not isinstance(sharing, NoSharing):
         whole = PoolHardware(hardware.spec.model_copy(update={"gpu_sharing": NoSharing()}))
     layouts = sorted(
         ((tp, pp) for tp in _valid_tensor_parallel(model, whole.gpus_per_node)
-         for pp in range(1, max(hardware.spec.max_nodes, 1) + 1)),
+         for pp in (range(1, max(hardware.spec.max_nodes, 1) + 1) if model.data_parallel == 1 else [1])),
         key=lambda layout: (layout[0] * layout[1], layout[1]),
     )
     for tp, pp in layouts:
         if (tp, pp) == (model.tensor_parallel, model.pipeline_parallel) and whole is hardware:
             continue
-        if tp * pp < model.gpus_per_replica:
-            continue
         candidate = model.model_copy(update={"tensor_parallel": tp, "pipeline_parallel": pp, "mig_profile": None})
+        gpus = candidate.gpus_per_replica
+        if gpus < model.gpus_per_replica or candidate.gpus_per_pod > whole.gpus_per_node:
+            continue
         result = fit(candidate, whole)
         if result.starts:
             where = "" if whole is hardware else f" on a pool of whole {hardware.gpu.name}s"
             options.append(
-                f"more GPUs: tensor_parallel {tp}, pipeline_parallel {pp} ({tp * pp} GPU{'s' if tp * pp > 1 else ''})"
+                f"more GPUs: tensor_parallel {tp}, pipeline_parallel {pp} ({gpus} GPU{'s' if gpus > 1 else ''})"
                 f"{where} gives {_describe(result)}"
             )
             break
@@ -123,8 +125,8 @@ def fit_options(model: ModelServiceSpec, hardware: PoolHardware) -> list[str]:
 
     # A shorter context, when the weights fit at all.
     result = fit(model, hardware)
-    if result.weights_fit and result.kv_tokens >= 128 and not result.starts:
-        options.append(f"shorter context: max_model_len {result.kv_tokens} or less (1 sequence at a time)")
+    if result.weights_fit and result.rank_kv_tokens >= 128 and not result.starts:
+        options.append(f"shorter context: max_model_len {result.rank_kv_tokens} or less (1 sequence at a time)")
     return options
 
 
@@ -156,7 +158,7 @@ def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> Non
         problem = (
             f"{model.model} leaves {_gib(result.kv_cache_bytes_per_device)} per device for the KV cache "
             f"({budget}; weights {_gib(result.weights_bytes_per_device)}, reserve "
-            f"{_gib(result.reserve_bytes_per_device)}): {result.kv_tokens} tokens at "
+            f"{_gib(result.reserve_bytes_per_device)}): {result.rank_kv_tokens} tokens at "
             f"{result.kv_bytes_per_token_per_device} bytes per token per device, fewer than one "
             f"{model.max_model_len}-token sequence"
         )

@@ -27,19 +27,20 @@ def advertised_per_node(hardware: PoolHardware) -> dict[str, int]:
 
 
 def gpu_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
-    """The device resource one pod requests: its tensor-parallel GPUs, one MIG slice or one GPU share."""
+    """The device resource one pod requests: its GPUs (tensor-parallel group times the node's data-parallel
+    ranks), one MIG slice or one GPU share."""
     resource = hardware.resource_for_slice(model.mig_profile)
-    count = model.tensor_parallel if resource == WHOLE_GPU and model.mig_profile is None else 1
+    count = model.gpus_per_pod if resource == WHOLE_GPU and model.mig_profile is None else 1
     return {resource: count}
 
 
 def nodes_for_replicas(services: list[tuple[ModelServiceSpec, int]], hardware: PoolHardware) -> int:
     """Nodes that hold `replicas` of each service at once: each node offers every resource of the pool,
-    so the scarcest resource decides. A replica is pipeline_parallel pods of one device request each."""
+    so the scarcest resource decides. A replica is nodes_per_replica pods of one device request each."""
     needed: dict[str, int] = defaultdict(int)
     for model, replicas in services:
         for resource, count in gpu_requests(model, hardware).items():
-            needed[resource] += replicas * model.pipeline_parallel * count
+            needed[resource] += replicas * model.nodes_per_replica * count
     per_node = hardware.resources_per_node
     return max((math.ceil(amount / per_node[resource]) for resource, amount in needed.items()), default=0)
 
@@ -59,9 +60,9 @@ def replicas_held(nodes: Iterable[tuple[int, Mapping[str, float]]], pod_request:
 def efa_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
     """EFA interfaces for a multi-node pod: its GPUs' share of the node's interfaces. Single-node
     replicas talk over NVLink and leave the interfaces to the groups that need them."""
-    if model.pipeline_parallel == 1 or not hardware.efa_interfaces:
+    if not model.multi_node or not hardware.efa_interfaces:
         return {}
-    return {EFA_RESOURCE: max(1, hardware.efa_interfaces * model.tensor_parallel // hardware.gpus_per_node)}
+    return {EFA_RESOURCE: max(1, hardware.efa_interfaces * model.gpus_per_pod // hardware.gpus_per_node)}
 
 
 def pool_cache_budget_bytes(hardware: PoolHardware) -> int:

@@ -73,9 +73,9 @@ class Rollout:
 
 
 def service_pods(model: ModelServiceSpec, hardware: PoolHardware) -> PodGroup:
-    """One pod per node of a replica (pipeline_parallel of them), each with the devices the pod spec requests."""
+    """One pod per node of a replica (nodes_per_replica of them), each with the devices the pod spec requests."""
     ((resource, count),) = gpu_requests(model, hardware).items()
-    return PodGroup(model.name, resource, count, model.pipeline_parallel, model.autoscaling.max_replicas)
+    return PodGroup(model.name, resource, count, model.nodes_per_replica, model.autoscaling.max_replicas)
 
 
 def pool_workloads(spec: StackSpec, pool: str) -> tuple[PodGroup, ...]:

@@ -9,14 +9,14 @@ price per hour and per million output tokens (REPLICA_PRICE).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferstack.catalog import on_demand_price
 from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
 from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.quantization import kernel_family
-from inferstack.planning.sizing import expert_weights_bytes, fit, scheduler_defaults
+from inferstack.planning.sizing import expert_weights_bytes, experts_per_device, fit, scheduler_defaults
 from inferstack.spec.models import (
     LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec,
 )
@@ -36,7 +36,12 @@ PIPELINE = Assumption(
     "pipeline parallel", "pipeline_parallel batches in flight, a token every pipeline_parallel stage steps",
     "vLLM keeps one batch per stage in flight; stage hand-offs are not counted.",
 )
-ASSUMPTIONS = (*STEP_ASSUMPTIONS, SHARED_DEVICE, PIPELINE, REPLICA_PRICE)
+DATA_PARALLEL = Assumption(
+    "data parallel", "a replica is data_parallel engines with an even share of its traffic",
+    "vLLM's API server spreads requests over the ranks by their queues; the MoE layers' token exchange "
+    "between ranks (all-to-all) is not counted.",
+)
+ASSUMPTIONS = (*STEP_ASSUMPTIONS, SHARED_DEVICE, PIPELINE, DATA_PARALLEL, REPLICA_PRICE)
 
 SECONDS_PER_HOUR = 3600
 ALONE = 1e-9   # a share of the traffic so small that each request has its replica to itself
@@ -65,7 +70,8 @@ def device_for(model: ModelServiceSpec, hardware: PoolHardware) -> Device:
 
 
 def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
-    """The load model's replica for a service on its pool: the same sizing the plan and the pods use."""
+    """The load model's engine for a service on its pool, the same sizing the plan and the pods use: the
+    replica, or one of its data-parallel ranks (DATA_PARALLEL)."""
     arch = model.resolved_architecture
     sized = fit(model, hardware)
     tp, pp = model.tensor_parallel, model.pipeline_parallel
@@ -84,14 +90,15 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
         hidden_size=arch.hidden_size,
         tensor_parallel=tp,
         link=link,
-        expert_weights_bytes=math.ceil(expert_weights_bytes(model) / (tp * pp)),
+        expert_weights_bytes=math.ceil(expert_weights_bytes(model) * experts_per_device(model) / (arch.experts or 1) / pp),
         experts=arch.experts or 0,
         experts_per_token=arch.experts_per_token or 0,
+        expert_token_sources=model.data_parallel,
     )
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(
         shard=shard, device=device_for(model, hardware), pipeline_parallel=pp, max_num_seqs=seqs,
-        max_num_batched_tokens=batched_tokens, kv_tokens=sized.kv_tokens, constants=STATED,
+        max_num_batched_tokens=batched_tokens, kv_tokens=sized.rank_kv_tokens, constants=STATED,
     )
 
 
@@ -161,6 +168,17 @@ def _fewest_replicas(
     return high
 
 
+def _whole_replica(point: LoadPoint, ranks: int) -> LoadPoint:
+    """A replica of `ranks` data-parallel engines, each at `point`: their sequences and rates add, latencies stay."""
+    if ranks == 1:
+        return point
+    return replace(
+        point, running=point.running * ranks, decoding=point.decoding * ranks,
+        requests_per_second=point.requests_per_second * ranks,
+        output_tokens_per_second=point.output_tokens_per_second * ranks,
+    )
+
+
 def service_estimate(
     model: ModelServiceSpec, hardware: PoolHardware, *, region: str, node_usd_per_hour: float | None = None
 ) -> ServiceEstimate:
@@ -180,8 +198,9 @@ def service_estimate(
             f"the KV cache holds {engine.kv_tokens} tokens, less than one {workload.held_tokens:.0f}-token request "
             f"({traffic.mean_input_tokens} in + {traffic.mean_output_tokens} out)"
         )
+    ranks = model.data_parallel
     full = at_concurrency(engine, workload, cap)
-    rate = traffic.requests_per_second
+    rate = traffic.requests_per_second / ranks   # what each rank's share of a replica count is taken from
     for_traffic = max(1, math.ceil(rate / full.requests_per_second))
     for_traffic = _fewest_replicas(engine, workload, rate, None, for_traffic)
     for_slo, unreachable = None, None
@@ -199,14 +218,15 @@ def service_estimate(
                 f"a request alone takes {alone.first_token_seconds * 1000:.0f} ms to its first token{after} on "
                 f"{hardware.gpu.name}"
             )
-    point = at_request_rate(engine, workload, rate / replicas)
+    point = _whole_replica(at_request_rate(engine, workload, rate / replicas), ranks)
+    full = _whole_replica(full, ranks)
     replica_price = replica_usd_per_hour(model, hardware, price)
     usd_per_hour = replicas * replica_price
-    wanted = rate * traffic.mean_output_tokens
+    wanted = traffic.requests_per_second * traffic.mean_output_tokens
     return ServiceEstimate(
         at_traffic=point,
         full_load=full,
-        traffic_requests_per_second=rate,
+        traffic_requests_per_second=traffic.requests_per_second,
         traffic_output_tokens_per_second=wanted,
         replicas_for_traffic=for_traffic,
         replicas_for_slo=for_slo,

@@ -5,8 +5,12 @@ each device (GPU, MIG slice or GPU share) gives `gpu_memory_utilization` of its 
 it keeps its shard of the weights and a runtime reserve (CUDA context and graphs, collective
 buffers, the activation peak of one scheduler step, the sampler's logits) and hands the rest to
 the KV cache. Tensor parallelism splits KV heads across devices (replicating them when there are
-fewer heads than devices); pipeline parallelism splits layers. A replica's token capacity is what
-one device's KV cache holds, as every device holds its slice of every token.
+fewer heads than devices); pipeline parallelism splits layers. A data-parallel replica is several
+ranks, each a tensor-parallel group with its own sequences and KV cache, that share the MoE layers:
+vLLM shards the routed experts over all tensor x data-parallel GPUs, as slices of every expert or,
+with expert parallelism, as whole experts (`FusedMoEParallelConfig.make`,
+vllm/model_executor/layers/fused_moe/config.py). A rank's token capacity is what one of its devices'
+KV cache holds, as every device holds its slice of every token of its rank.
 
 A spec that cannot start (weights too large, or not one full-length sequence in the KV cache) is
 rejected by `fit_refusal.check_fit` with the numbers and the changes that would fit.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from inferstack.catalog.models import vocabulary_facts
 from inferstack.planning.quantization import served_format
@@ -56,19 +61,17 @@ class Fit:
     device_memory_bytes: int               # memory of one such device
     gpu_memory_utilization: float
     weights_bytes: int                     # whole model
+    weights_bytes_per_device: int          # the largest share one device holds (weights_bytes_per_device())
     reserve_bytes_per_device: int          # runtime reserve outside weights and KV cache
     kv_bytes_per_token: int                # whole model: all layers, all KV heads, K and V
     kv_bytes_per_token_per_device: int     # one device's slice of a token
     max_model_len: int
-    stated_sequences: int                  # max_num_seqs, or 1 when the service leaves it to vLLM
+    stated_sequences: int                  # the replica's: max_num_seqs (or 1) per data-parallel rank
+    data_parallel: int = 1                 # ranks, each with its own sequences and KV cache
 
     @property
     def budget_bytes_per_device(self) -> int:
         return int(self.device_memory_bytes * self.gpu_memory_utilization)
-
-    @property
-    def weights_bytes_per_device(self) -> int:
-        return math.ceil(self.weights_bytes / self.devices)
 
     @property
     def kv_cache_bytes_per_device(self) -> int:
@@ -79,14 +82,24 @@ class Fit:
         return self.kv_cache_bytes_per_device * self.devices
 
     @property
-    def kv_tokens(self) -> int:
-        """Tokens the replica's KV cache holds at once, across all running sequences."""
+    def rank_kv_tokens(self) -> int:
+        """Tokens one data-parallel rank's KV cache holds at once (the whole replica's without data parallelism)."""
         return self.kv_cache_bytes_per_device // self.kv_bytes_per_token_per_device
 
     @property
+    def kv_tokens(self) -> int:
+        """Tokens the replica's KV cache holds at once, across all running sequences of all its ranks."""
+        return self.data_parallel * self.rank_kv_tokens
+
+    @property
+    def rank_concurrency(self) -> int:
+        """Full-length (max_model_len) sequences one rank's KV cache holds at once."""
+        return self.rank_kv_tokens // self.max_model_len
+
+    @property
     def max_concurrency(self) -> int:
-        """Full-length (max_model_len) sequences the KV cache holds at once."""
-        return self.kv_tokens // self.max_model_len
+        """Full-length (max_model_len) sequences the replica's KV cache holds at once."""
+        return self.data_parallel * self.rank_concurrency
 
     @property
     def weights_fit(self) -> bool:
@@ -94,8 +107,8 @@ class Fit:
 
     @property
     def starts(self) -> bool:
-        """vLLM starts only when one max_model_len sequence fits the KV cache (its own startup check)."""
-        return self.max_concurrency >= 1
+        """vLLM starts only when one max_model_len sequence fits each rank's KV cache (its own startup check)."""
+        return self.rank_concurrency >= 1
 
     @property
     def fits(self) -> bool:
@@ -167,6 +180,29 @@ def weights_bytes(model: ModelServiceSpec) -> int:
     return format_bytes(model, served_format(model))
 
 
+def experts_per_device(model: ModelServiceSpec) -> Fraction:
+    """Routed experts' worth of each MoE layer one GPU holds. vLLM shards the MoE layers over all
+    tensor_parallel x data_parallel GPUs of a replica: as a slice of every expert, or with expert
+    parallelism as whole experts, the first E mod n GPUs taking one more (`FusedMoEParallelConfig.make`;
+    "linear" placement in `determine_expert_map`, vllm/model_executor/layers/fused_moe/). 0 for a dense model."""
+    experts = model.resolved_architecture.experts or 0
+    group = model.tensor_parallel * model.data_parallel
+    return Fraction(math.ceil(experts / group) if model.expert_parallel else Fraction(experts, group))
+
+
+def weights_bytes_per_device(model: ModelServiceSpec) -> int:
+    """The most weight bytes one GPU of the replica holds: the dense part (attention, router, shared experts,
+    embeddings, dense layers) split over a rank's tensor-parallel group, and its `experts_per_device` of the
+    routed experts, both over the pipeline stages."""
+    experts = model.resolved_architecture.experts
+    routed = expert_weights_bytes(model)
+    dense = weights_bytes(model) - routed
+    share = Fraction(dense, model.tensor_parallel)
+    if experts:
+        share += routed * experts_per_device(model) / experts
+    return math.ceil(share / model.pipeline_parallel)
+
+
 def checkpoint_bytes(model: ModelServiceSpec) -> int:
     """Weights as stored: what is downloaded, cached on NVMe and read at start (16-bit for online FP8)."""
     return format_bytes(model, model.stored_format)
@@ -224,6 +260,25 @@ def kv_formula(model: ModelServiceSpec) -> str:
     return formula
 
 
+def parallel_layout(model: ModelServiceSpec) -> str:
+    """How a replica's GPUs split the model, as the plan states it, with each GPU's share of the routed experts."""
+    parts = [f"tensor_parallel {model.tensor_parallel}"]
+    if model.pipeline_parallel > 1:
+        parts.append(f"pipeline_parallel {model.pipeline_parallel}")
+    if model.data_parallel > 1:
+        parts.append(f"data_parallel {model.data_parallel} ({model.data_parallel_per_node} per node)")
+    layout = " x ".join(parts)
+    experts = model.resolved_architecture.experts
+    if experts:
+        share = experts_per_device(model)
+        if model.expert_parallel:
+            backend = model.all2all_backend or "allgather_reducescatter"
+            layout += f"; expert parallel: {share} of {experts} experts per GPU, all-to-all {backend}"
+        else:
+            layout += f"; every expert sliced {model.tensor_parallel * model.data_parallel} ways"
+    return layout
+
+
 # ------------------------------------------------------------------------------------------- devices
 
 
@@ -277,8 +332,9 @@ def reserve_bytes_per_device(model: ModelServiceSpec, hardware: PoolHardware) ->
 
 
 def stated_sequences(model: ModelServiceSpec) -> int:
-    """Full-length sequences the service states it runs at once: max_num_seqs, or one when it leaves that to vLLM."""
-    return model.max_num_seqs or 1
+    """Full-length sequences a replica states it runs at once: max_num_seqs (each data-parallel rank schedules its
+    own), or one per rank when the service leaves that to vLLM."""
+    return model.data_parallel * (model.max_num_seqs or 1)
 
 
 def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
@@ -287,11 +343,13 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
         device_memory_bytes=device_memory_bytes(model, hardware),
         gpu_memory_utilization=model.gpu_memory_utilization,
         weights_bytes=weights_bytes(model),
+        weights_bytes_per_device=weights_bytes_per_device(model),
         reserve_bytes_per_device=reserve_bytes_per_device(model, hardware),
         kv_bytes_per_token=kv_bytes_per_token(model),
         kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model),
         max_model_len=model.max_model_len,
         stated_sequences=stated_sequences(model),
+        data_parallel=model.data_parallel,
     )
 
 
@@ -301,7 +359,8 @@ def load_seconds(model: ModelServiceSpec) -> int:
 
 
 def parallelism_problem(model: ModelServiceSpec) -> str | None:
-    """vLLM's own split rules: heads divide by tensor_parallel, layers cover the pipeline stages."""
+    """vLLM's own split rules: heads divide by tensor_parallel, layers cover the pipeline stages, sliced experts
+    divide by the GPUs that share them."""
     arch = model.resolved_architecture
     tp = model.tensor_parallel
     if arch.attention_heads % tp:
@@ -310,4 +369,9 @@ def parallelism_problem(model: ModelServiceSpec) -> str | None:
         return f"{arch.kv_heads} KV heads and tensor_parallel {tp}: neither divides the other"
     if arch.layers < model.pipeline_parallel:
         return f"{arch.layers} layers cannot fill {model.pipeline_parallel} pipeline stages"
+    group = tp * model.data_parallel
+    if arch.experts and not model.expert_parallel and arch.moe_intermediate_size and arch.moe_intermediate_size % group:
+        # Without expert parallelism every expert is sliced over the tensor x data-parallel GPUs.
+        return (f"experts of intermediate size {arch.moe_intermediate_size} do not split evenly over {group} GPUs "
+                "(tensor_parallel x data_parallel)")
     return None

@@ -12,7 +12,7 @@ from inferstack.engine.recorder import Recording
 from inferstack.planning.cost import nodes_cost, stack_costs
 from inferstack.planning.node_groups import nodes_at, nodes_at_min
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
-from inferstack.planning.sizing import GIB, fit, kv_formula
+from inferstack.planning.sizing import GIB, fit, kv_formula, parallel_layout
 from inferstack.presentation.pool_drawing import pack
 from inferstack.serving import names
 from inferstack.serving.transport import transport
@@ -126,6 +126,8 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "auto_placed": model.name in spec.auto_placed,
                 "device": model.mig_profile or hardware.gpu.name,
                 "devices_per_replica": result.devices,
+                "layout": parallel_layout(model),
+                "weights_gib_per_device": round(result.weights_bytes_per_device / GIB, 2),
                 "replicas": {"min": model.autoscaling.min_replicas, "max": model.autoscaling.max_replicas},
                 "weights_gib": round(result.weights_bytes / GIB, 2),
                 "weights": weights_format(model, hardware),
@@ -153,12 +155,12 @@ def rollouts(spec: StackSpec) -> dict[str, Any]:
     rows = []
     for model in spec.models:
         plan = rollout(spec, model)
-        kind = "leaderworkerset" if model.pipeline_parallel > 1 else "deployment"
+        kind = "leaderworkerset" if model.multi_node else "deployment"
         workload = f"{kind}/{names.workload(model)}"
         timeout = f"--timeout={plan.check_timeout_seconds}s"
         check = (   # LWS conditions: api/leaderworkerset/v1/leaderworkerset_types.go (UpdateInProgress)
             f"kubectl -n {spec.serving_namespace} wait {workload} --for=condition=UpdateInProgress=False {timeout}"
-            if model.pipeline_parallel > 1
+            if model.multi_node
             else f"kubectl -n {spec.serving_namespace} rollout status {workload} {timeout}"
         )
         rows.append(

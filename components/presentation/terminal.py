@@ -143,7 +143,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
             held = "as stored" if weights["held"] == weights["stored"] else f"as {weights['held']}"
             console.print(
                 f"  {row['model']}: {weights['stored']} checkpoint ({weights['download_gib']:.1f} GiB to download), "
-                f"held {held}: {weights['kernel']}; KV cache per token: {row['kv_formula']}"
+                f"held {held}: {weights['kernel']}; KV cache per token: {row['kv_formula']}; "
+                f"{row['layout']}, {row['weights_gib_per_device']:.1f} GiB of weights per GPU"
             )
         for row in plan["placements"]:
             if row["transport"] != "in-node":

@@ -17,10 +17,10 @@ def batch_model(spec: StackSpec, index: int) -> tuple[ModelServiceSpec, PoolHard
     job = spec.batch_jobs[index]
     path = f"batch_jobs[{index}]"
     service = spec.model_service(job.model_service)
-    if service.pipeline_parallel > 1:
+    if service.multi_node:
         raise SpecError(
             f"{path}.model_service",
-            f"{service.name!r} spans {service.pipeline_parallel} nodes; a batch job runs on one node",
+            f"{service.name!r} spans {service.nodes_per_replica} nodes; a batch job runs on one node",
             "point the job at a single-node model service",
         )
     hardware = PoolHardware(spec.pool(job.pool))

@@ -1,7 +1,8 @@
 """One vLLM model service: its workload, ClusterIP Service, PodDisruptionBudget and pre-fetch script.
 
-A replica on one node is a Deployment pod; a replica spanning nodes (pipeline_parallel > 1) is a
-LeaderWorkerSet group of `pipeline_parallel` pods, each holding `tensor_parallel` GPUs of its node,
+A replica on one node is a Deployment pod; a replica spanning nodes (pipeline stages, or data-parallel
+ranks over several nodes) is a LeaderWorkerSet group of `nodes_per_replica` pods, each holding
+`gpus_per_pod` GPUs of its node,
 started with vLLM's multiprocessing executor and restarted as a whole when any pod fails. The
 LeaderWorkerSet is named `<service>-group`, apart from the client Service `<service>`, so its
 controller can create the headless Service its workers find the leader through (see `names`).
@@ -72,13 +73,13 @@ class ScaleTarget:
 def pool_selector(model: ModelServiceSpec) -> dict[str, str]:
     """Labels of the pods that serve HTTP: every pod of a Deployment, the leader of a multi-node group."""
     labels = pods.selector_labels(model.name)
-    if model.pipeline_parallel > 1:
+    if model.multi_node:
         labels[pods.ROLE_LABEL] = "leader"
     return labels
 
 
 def scale_target(model: ModelServiceSpec) -> ScaleTarget:
-    if model.pipeline_parallel > 1:
+    if model.multi_node:
         return ScaleTarget(LWS_API_VERSION, "LeaderWorkerSet", names.workload(model))
     return ScaleTarget("apps/v1", "Deployment", names.workload(model))
 
@@ -216,7 +217,7 @@ class ModelService(pulumi.ComponentResource):
         pod_labels = {**labels, **queue_labels}
         self.target = scale_target(model)
         strategy = rollout(spec, model)   # surge only where a spare replica fits the pool at max size
-        if model.pipeline_parallel > 1:
+        if model.multi_node:
             group_annotations = efa_image_annotations(transport(model, hardware))
             self.workload = CustomResource(
                 f"{name}-lws",
@@ -228,7 +229,7 @@ class ModelService(pulumi.ComponentResource):
                     "rolloutStrategy": strategy.lws_strategy,
                     "startupPolicy": "LeaderCreated",
                     "leaderWorkerTemplate": {
-                        "size": model.pipeline_parallel,
+                        "size": model.nodes_per_replica,
                         "restartPolicy": "RecreateGroupOnPodRestart",
                         "leaderTemplate": {
                             "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "leader"}, **group_annotations},

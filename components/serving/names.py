@@ -47,12 +47,12 @@ def workload(model: ModelServiceSpec) -> str:
     A LeaderWorkerSet must not share the client Service's name: its controller's headless Service
     takes the LWS's name, and only when that name is free.
     """
-    return f"{model.name}-{LWS_SUFFIX}" if model.pipeline_parallel > 1 else model.name
+    return f"{model.name}-{LWS_SUFFIX}" if model.multi_node else model.name
 
 
 def lws_headless_service(model: ModelServiceSpec) -> str | None:
     """The headless Service the LWS controller creates (subdomain policy Shared, the default): the LWS's name."""
-    return workload(model) if model.pipeline_parallel > 1 else None
+    return workload(model) if model.multi_node else None
 
 
 def prefetch_config_map(owner: str) -> str:
@@ -109,7 +109,7 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     for i, model in enumerate(spec.models):
         path = f"models[{i}].name"
         ours = f"model service {model.name!r}"
-        kind = "LeaderWorkerSet" if model.pipeline_parallel > 1 else "Deployment"
+        kind = "LeaderWorkerSet" if model.multi_node else "Deployment"
         yield ObjectName(serving, kind, workload(model), ours, path)
         headless = lws_headless_service(model)
         if headless is not None:

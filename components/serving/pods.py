@@ -163,7 +163,7 @@ def node_share(model: ModelServiceSpec, hardware: PoolHardware) -> float:
         return profile.memory_slices / hardware.gpu.mig_memory_slices / gpus
     if isinstance(sharing, (TimeSlicing, MpsSharing)):
         return 1 / (sharing.replicas * gpus)
-    return model.tensor_parallel / gpus
+    return model.gpus_per_pod / gpus
 
 
 def host_resources(model: ModelServiceSpec, hardware: PoolHardware) -> tuple[int, int]:

@@ -58,7 +58,7 @@ class Serving(pulumi.ComponentResource):
 
         self.model_services = {}
         for model in spec.models:
-            workload_crds = kueue + (needs("lws") if model.pipeline_parallel > 1 else [])
+            workload_crds = kueue + (needs("lws") if model.multi_node else [])
             service = ModelService(
                 f"{name}-{model.name}",
                 ModelServiceArgs(

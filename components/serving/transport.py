@@ -1,6 +1,6 @@
 """How the GPUs of one replica talk to each other, and the vLLM image that makes it so.
 
-A replica on one node uses NVLink/PCIe inside the node. A replica across nodes (pipeline_parallel > 1)
+A replica on one node uses NVLink/PCIe inside the node. A replica across nodes (nodes_per_replica > 1)
 uses NCCL over the network: through EFA only when the image carries libfabric and the aws-ofi-nccl
 plugin, which the stock `vllm/vllm-openai` image does not (vLLM v0.33.0 docker/Dockerfile installs
 neither; its EFA build is docker/Dockerfile.efa, published as `vllm/vllm-openai:v<version>-efa`).
@@ -38,7 +38,7 @@ class Transport:
 
 def crosses_efa(model: ModelServiceSpec, hardware: PoolHardware) -> bool:
     """A multi-node replica on a pool whose nodes have EFA interfaces."""
-    return model.pipeline_parallel > 1 and hardware.efa_interfaces > 0
+    return model.multi_node and hardware.efa_interfaces > 0
 
 
 def serving_image(model: ModelServiceSpec, hardware: PoolHardware) -> str:
@@ -60,7 +60,7 @@ def transport(model: ModelServiceSpec, hardware: PoolHardware) -> Transport:
     image = serving_image(model, hardware)
     known = vllm_image(image)
     efa = known.efa if known is not None else None
-    if model.pipeline_parallel == 1:
+    if not model.multi_node:
         return Transport("in-node", image, None)
     if crosses_efa(model, hardware) and image_carries_efa(model, hardware):
         return Transport("efa", image, efa)

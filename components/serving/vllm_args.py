@@ -3,7 +3,9 @@
 Pure functions, so the flags can be checked without a cluster. Flag spellings follow vLLM 0.33's
 `EngineArgs`: boolean features use its `--enable-x` / `--disable-x` pairs, and multi-node replicas
 use the multiprocessing executor with LeaderWorkerSet's environment (`$(VAR)` is expanded by the
-kubelet in container args).
+kubelet in container args). With `--nnodes`, vLLM derives each node's first data-parallel rank from
+`--node-rank` and reaches the leader's data-parallel coordinator at `--master-addr`
+(`EngineArgs.create_engine_config`, vllm/engine/arg_utils.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ def gpu_memory_utilization(model: ModelServiceSpec, hardware: PoolHardware) -> f
     return model.gpu_memory_utilization
 
 
+def _data_and_expert_parallel_args(model: ModelServiceSpec) -> list[str]:
+    """Data-parallel ranks (all of the replica's, and this node's) and expert parallelism; nothing for the defaults."""
+    args = []
+    if model.data_parallel > 1:
+        args += [
+            "--data-parallel-size", str(model.data_parallel),
+            "--data-parallel-size-local", str(model.data_parallel_per_node),
+        ]
+    if model.expert_parallel:
+        args.append("--enable-expert-parallel")
+    if model.all2all_backend is not None:
+        args += ["--all2all-backend", model.all2all_backend]
+    return args
+
+
 def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role = "single") -> list[str]:
     """Engine flags shared by `vllm serve` and `vllm run-batch`."""
     args = ["--served-model-name", model.name, "--dtype", model.dtype]
@@ -38,6 +55,7 @@ def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role =
     args += [
         "--tensor-parallel-size", str(model.tensor_parallel),
         "--pipeline-parallel-size", str(model.pipeline_parallel),
+        *_data_and_expert_parallel_args(model),
         "--max-model-len", str(model.max_model_len),
         "--gpu-memory-utilization", str(gpu_memory_utilization(model, hardware)),
     ]
@@ -64,8 +82,8 @@ def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role =
 
 def serve_argv(model: ModelServiceSpec, hardware: PoolHardware, model_path: str, *, role: Role = "single") -> list[str]:
     """`vllm serve` for one pod: the whole replica ("single"), or the leader / a headless worker of a group."""
-    if (role == "single") != (model.pipeline_parallel == 1):
-        raise ValueError(f"role {role!r} does not match pipeline_parallel {model.pipeline_parallel} of {model.name}")
+    if (role == "single") == model.multi_node:
+        raise ValueError(f"role {role!r} does not match the {model.nodes_per_replica} node(s) of a {model.name} replica")
     argv = ["vllm", "serve", model_path, *engine_args(model, hardware, role=role)]
     if role == "worker":
         return [*argv, "--headless"]
@@ -76,6 +94,6 @@ def run_batch_argv(
     model: ModelServiceSpec, hardware: PoolHardware, model_path: str, *, input_path: str, output_path: str
 ) -> list[str]:
     """`vllm run-batch` over an OpenAI batch file (JSONL); requests must name the served model."""
-    if model.pipeline_parallel != 1:
-        raise ValueError(f"{model.name}: batch jobs run on one node; pipeline_parallel must be 1")
+    if model.multi_node:
+        raise ValueError(f"{model.name}: batch jobs run on one node, a replica takes {model.nodes_per_replica}")
     return ["vllm", "run-batch", "-i", input_path, "-o", output_path, "--model", model_path, *engine_args(model, hardware)]

@@ -6,11 +6,13 @@ They run inside `StackSpec` validation, so an invalid spec never reaches the Pul
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections import Counter
 from collections.abc import Iterable
 
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
 from inferstack.aws.node_template import GPU_TAINT
+from inferstack.catalog.all2all_backends import ALL2ALL_BACKENDS
 from inferstack.catalog.charts import cluster_autoscaler_image_tags, eks_addon_versions
 from inferstack.catalog.models import MODELS, known_model_ids, model_facts
 from inferstack.catalog.offerings import ec2_instance_types, region_zones, zones_offering
@@ -574,6 +576,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             "set enable_prefix_caching to true, or shared_prefix_tokens to 0",
         )
     _check_placement(spec, path, model, hardware)
+    _check_experts_layout(path, model, hardware)
     _check_engine_limits(path, model, hardware)
     _check_efa_image(path, model, hardware)
     from inferstack.planning.fit_refusal import check_fit  # it imports the spec package; import once that is loaded
@@ -622,6 +625,50 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
         )
 
 
+def _check_experts_layout(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """Data and expert parallelism only mean something for MoE layers, and expert parallelism's token exchange
+    must reach every GPU of the replica (all2all_backends.json says which backend reaches how far)."""
+    experts = model.resolved_architecture.experts
+    if not experts and model.data_parallel > 1:
+        raise SpecError(
+            f"{path}.data_parallel",
+            f"{model.model} is a dense model: data-parallel ranks of one replica share only MoE layers, so they "
+            "would be separate engines that scale together",
+            "set data_parallel to 1 and raise autoscaling replicas instead",
+        )
+    if not model.expert_parallel:
+        return
+    if not experts:
+        raise SpecError(
+            f"{path}.expert_parallel", f"{model.model} is a dense model with no experts to split", "set expert_parallel to false"
+        )
+    group = model.tensor_parallel * model.data_parallel
+    if group == 1:
+        raise SpecError(
+            f"{path}.expert_parallel",
+            "expert parallelism splits the experts over a replica's GPUs, and this replica has one",
+            "raise tensor_parallel or data_parallel, or set expert_parallel to false",
+        )
+    if group > experts:
+        raise SpecError(
+            f"{path}.expert_parallel",
+            f"{group} GPUs (tensor_parallel x data_parallel) share {experts} experts, so some would hold none",
+            f"keep tensor_parallel x data_parallel at {experts} or less",
+        )
+    backend = model.all2all_backend or "allgather_reducescatter"
+    reach = ALL2ALL_BACKENDS[backend]
+    if model.multi_node and not (reach.crosses_nodes and reach.crosses_efa):
+        where = (
+            "exchanges tokens over one node's NVLink" if not reach.crosses_nodes
+            else "is not known to run between nodes over EFA"
+        )
+        raise SpecError(
+            f"{path}.all2all_backend",
+            f"{backend} {where}, but a replica spans {model.nodes_per_replica} nodes",
+            "use 'deepep_v2' or 'allgather_reducescatter' (both cross nodes over EFA), or fit the replica on one node",
+        )
+
+
 def _check_engine_limits(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
     """vLLM 0.33 `SchedulerConfig.verify_max_model_len` (vllm/config/scheduler.py) refuses to start with these."""
     from inferstack.planning.sizing import scheduler_defaults
@@ -649,10 +696,10 @@ def _check_engine_limits(path: str, model: ModelServiceSpec, hardware: PoolHardw
 
 
 def _replicas_held(model: ModelServiceSpec, hardware: PoolHardware, nodes: int) -> int:
-    """The most replicas `nodes` of the pool hold with nothing else on them (a replica is pipeline_parallel pods)."""
+    """The most replicas `nodes` of the pool hold with nothing else on them (a replica is nodes_per_replica pods)."""
     from inferstack.planning.pool_capacity import gpu_requests, replicas_held
 
-    return replicas_held([(nodes, hardware.resources_per_node)], gpu_requests(model, hardware), model.pipeline_parallel)
+    return replicas_held([(nodes, hardware.resources_per_node)], gpu_requests(model, hardware), model.nodes_per_replica)
 
 
 def _check_scaling_room(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
@@ -713,7 +760,7 @@ def _check_efa_image(path: str, model: ModelServiceSpec, hardware: PoolHardware)
         raise SpecError(
             f"{path}.image",
             f"{model.image!r} is not known to carry libfabric and the aws-ofi-nccl plugin, so NCCL between the "
-            f"{model.pipeline_parallel} nodes of a replica would fall back to TCP sockets on EFA pool "
+            f"{model.nodes_per_replica} nodes of a replica would fall back to TCP sockets on EFA pool "
             f"{hardware.spec.name!r}",
             f"use {quoted(efa_images())} (vLLM's EFA build; or leave image unset), or set image_provides_efa "
             "true if your image has them",
@@ -746,8 +793,8 @@ def _check_placement(spec: StackSpec, path: str, model, hardware: PoolHardware) 
         if model.gpus_per_replica > 1:
             raise SpecError(
                 f"{path}.tensor_parallel",
-                "a MIG slice cannot be combined with tensor or pipeline parallelism",
-                "set tensor_parallel and pipeline_parallel to 1, or use whole GPUs",
+                "a MIG slice cannot be combined with tensor, pipeline or data parallelism",
+                "set tensor_parallel, pipeline_parallel and data_parallel to 1, or use whole GPUs",
             )
         return
     if isinstance(sharing, MigSharing) and sharing.strategy == "mixed":
@@ -759,7 +806,7 @@ def _check_placement(spec: StackSpec, path: str, model, hardware: PoolHardware) 
     if isinstance(sharing, (TimeSlicing, MpsSharing)) and model.gpus_per_replica > 1:
         raise SpecError(
             f"{path}.tensor_parallel",
-            f"pool {pool_name!r} shares GPUs ({sharing.mode}); a shared GPU cannot be tensor/pipeline parallel",
+            f"pool {pool_name!r} shares GPUs ({sharing.mode}); a shared GPU cannot be tensor/pipeline/data parallel",
             "use a pool without gpu_sharing for parallel models",
         )
     per_node = hardware.gpus_per_node
@@ -775,17 +822,27 @@ def _check_placement(spec: StackSpec, path: str, model, hardware: PoolHardware) 
             f"tensor_parallel {model.tensor_parallel} does not divide the {per_node} GPUs of a node",
             f"use a divisor of {per_node}",
         )
-    if model.pipeline_parallel > 1:
-        if model.pipeline_parallel > hardware.spec.max_nodes:
+    if model.gpus_per_pod > per_node:
+        ranks = per_node // model.tensor_parallel
+        raise SpecError(
+            f"{path}.data_parallel_local",
+            f"{model.data_parallel_per_node} data-parallel ranks of tensor_parallel {model.tensor_parallel} on one node "
+            f"need {model.gpus_per_pod} GPUs, but a {hardware.primary.name} node has {per_node}",
+            f"set data_parallel_local to {ranks} ({ranks} ranks per node, "
+            f"{math.ceil(model.data_parallel / ranks)} nodes per replica) with data_parallel a multiple of it",
+        )
+    if model.multi_node:
+        field = "pipeline_parallel" if model.pipeline_parallel > 1 else "data_parallel_local"
+        nodes = model.nodes_per_replica
+        if nodes > hardware.spec.max_nodes:
             raise SpecError(
-                f"{path}.pipeline_parallel",
-                f"pipeline_parallel {model.pipeline_parallel} needs that many nodes but pool {pool_name!r} "
-                f"has max_nodes {hardware.spec.max_nodes}",
-                f"raise the pool's max_nodes to {model.pipeline_parallel} or lower pipeline_parallel",
+                f"{path}.{field}",
+                f"a replica takes {nodes} nodes but pool {pool_name!r} has max_nodes {hardware.spec.max_nodes}",
+                f"raise the pool's max_nodes to {nodes} or more, or lower {field.removesuffix('_local')}",
             )
         if not spec.platform.leaderworkerset:
             raise SpecError(
-                f"{path}.pipeline_parallel",
+                f"{path}.{field}",
                 "multi-node models run as LeaderWorkerSets but platform.leaderworkerset is false",
                 "set platform.leaderworkerset to true",
             )

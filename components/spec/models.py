@@ -24,6 +24,21 @@ PinnedImage = Annotated[
 
 AUTO = "auto"  # a model service's pool, tensor_parallel or mig_profile left to auto placement
 
+# vLLM 0.33's `All2AllBackend` (vllm/config/parallel.py) as its CLI accepts it on NVIDIA GPUs. Left out:
+# "passthrough" (not selectable from the CLI), "naive" and "pplx" (removed: vLLM falls back to
+# allgather_reducescatter), "mori_*" (ROCm MI300/MI350 only) and "flashinfer_all2allv" (a deprecated
+# alias of flashinfer_nvlink_two_sided).
+All2AllBackend = Literal[
+    "allgather_reducescatter",
+    "deepep_high_throughput",
+    "deepep_low_latency",
+    "deepep_v2",
+    "moonep",
+    "nixl_ep",
+    "flashinfer_nvlink_two_sided",
+    "flashinfer_nvlink_one_sided",
+]
+
 
 class Model(BaseModel):
     """Strict, immutable base: unknown fields are errors, specs never change after validation."""
@@ -649,6 +664,29 @@ class ModelServiceSpec(Model):
     pipeline_parallel: int = Field(
         1, ge=1, le=16, description="Nodes the model is split across (multi-node via LeaderWorkerSet). Defaults to 1."
     )
+    data_parallel: int = Field(
+        1, ge=1, le=64,
+        description="Data-parallel attention ranks per replica (--data-parallel-size), for mixture-of-experts models: "
+        "each rank has tensor_parallel GPUs, its own batch and KV cache, and the ranks share the MoE layers. "
+        "Defaults to 1.",
+    )
+    data_parallel_local: int | None = Field(
+        None, ge=1,
+        description="Data-parallel ranks per node (--data-parallel-size-local); fewer than data_parallel spreads a "
+        "replica over data_parallel / data_parallel_local nodes with LeaderWorkerSet. Defaults to data_parallel "
+        "(one node).",
+    )
+    expert_parallel: bool = Field(
+        False,
+        description="Expert parallelism (--enable-expert-parallel): each GPU of the replica's "
+        "tensor_parallel x data_parallel group holds whole routed experts instead of a slice of every expert. "
+        "Defaults to false.",
+    )
+    all2all_backend: All2AllBackend | None = Field(
+        None,
+        description="How expert-parallel MoE layers exchange tokens (--all2all-backend); needs expert_parallel. "
+        "Defaults to vLLM's (allgather_reducescatter).",
+    )
     mig_profile: str | None = Field(
         None,
         description="MIG profile per replica on a MIG pool, e.g. '3g.40gb', or 'auto' for the smallest slice of the "
@@ -692,9 +730,49 @@ class ModelServiceSpec(Model):
         "need. Defaults to none.",
     )
 
+    @model_validator(mode="after")
+    def _data_parallel_layout(self) -> "ModelServiceSpec":
+        local = self.data_parallel_local
+        if local is not None and (local > self.data_parallel or self.data_parallel % local):
+            raise ValueError(
+                f"data_parallel_local {local} does not divide data_parallel {self.data_parallel} into whole nodes. "
+                f"To fix: set data_parallel_local to a divisor of {self.data_parallel}, or drop it for one node"
+            )
+        if self.data_parallel > 1 and self.pipeline_parallel > 1:
+            raise ValueError(
+                f"data_parallel {self.data_parallel} with pipeline_parallel {self.pipeline_parallel}: a data-parallel "
+                "replica spreads over nodes by its ranks (data_parallel_local), not by pipeline stages. To fix: set "
+                "pipeline_parallel to 1 and data_parallel_local to the ranks per node"
+            )
+        if self.all2all_backend is not None and not self.expert_parallel:
+            raise ValueError(
+                f"all2all_backend {self.all2all_backend!r} only applies to expert-parallel MoE layers. To fix: set "
+                "expert_parallel to true, or drop all2all_backend"
+            )
+        return self
+
+    @property
+    def data_parallel_per_node(self) -> int:
+        return self.data_parallel_local or self.data_parallel
+
     @property
     def gpus_per_replica(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs one pod of a replica requests: its tensor-parallel group times its node's data-parallel ranks."""
+        return self.tensor_parallel * self.data_parallel_per_node
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Pods (one per node) of a replica: its pipeline stages, or its data-parallel ranks' nodes."""
+        return self.pipeline_parallel * (self.data_parallel // self.data_parallel_per_node)
+
+    @property
+    def multi_node(self) -> bool:
+        """A replica over several nodes runs as a LeaderWorkerSet group."""
+        return self.nodes_per_replica > 1
 
     @property
     def resolved_architecture(self) -> ModelArchitecture:
