@@ -316,14 +316,45 @@ def test_compressed_tensors_w4a16_groups(tmp_path: Path):
         4, "int", 16, 128, False)
 
 
-def test_nvfp4_compressed_tensors_is_refused_naming_the_method_and_format(tmp_path: Path):
-    path = quantized(tmp_path, {
+NVFP4 = (4, "float", 16, 8)   # FP4 E2M1 weights, one FP8 E4M3 scale per 16 (plus an FP32 scale per tensor)
+
+
+@pytest.mark.parametrize(("activations", "bits"), [({"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                                      "group_size": 16, "dynamic": "local"}, 4), (None, 16)])
+def test_nvfp4_compressed_tensors_is_read_as_w4a4_or_w4a16(tmp_path: Path, activations, bits):
+    """llm-compressor's nvfp4-pack-quantized: 4-bit float weights, strategy tensor_group, groups of 16; NVFP4A16
+    leaves input_activations out."""
+    stored = checkpoint_format_from_config(quantized(tmp_path, {
         "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
         "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
-                                                  "group_size": 16}}},
-    })
-    with pytest.raises(SpecError, match="'compressed-tensors' stores 4-bit float weights .nvfp4-pack-quantized."):
-        checkpoint_format_from_config(path)
+                                                  "group_size": 16}, "input_activations": activations}},
+    }))
+    assert (stored.weight_bits, stored.weight_type, stored.group_size, stored.scale_bits) == NVFP4
+    assert stored.is_nvfp4 and stored.activation_bits == bits
+
+
+@pytest.mark.parametrize("quantization_config", [
+    {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None},
+    {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "group_size": 16}},   # hf_quant_config.json
+])
+def test_modelopt_nvfp4_flat_or_nested(tmp_path: Path, quantization_config):
+    """vLLM 0.33 modelopt.py `_extract_modelopt_quant_algo` reads quant_algo flat or under `quantization`."""
+    stored = checkpoint_format_from_config(quantized(tmp_path, quantization_config))
+    assert stored.quant_method == "modelopt" and stored.activation_bits == 4
+    assert (stored.weight_bits, stored.weight_type, stored.group_size, stored.scale_bits) == NVFP4
+
+
+def test_modelopt_fp8_and_weight_only_nvfp4(tmp_path: Path):
+    fp8 = checkpoint_format_from_config(quantized(tmp_path, {"quant_method": "modelopt", "quant_algo": "FP8"}))
+    assert (fp8.weight_bits, fp8.weight_type, fp8.activation_bits) == (8, "float", 8)
+    w4a16 = checkpoint_format_from_config(quantized(tmp_path, {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4"}))
+    assert w4a16.is_nvfp4 and w4a16.activation_bits == 16
+
+
+def test_a_modelopt_algo_it_cannot_size_is_refused_by_name(tmp_path: Path):
+    with pytest.raises(SpecError) as raised:
+        checkpoint_format_from_config(quantized(tmp_path, {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}))
+    assert "quantization_config.quant_algo" in str(raised.value) and "'MIXED_PRECISION'" in str(raised.value)
 
 
 def test_a_method_it_cannot_express_is_refused_by_name(tmp_path: Path):

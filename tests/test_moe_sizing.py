@@ -155,3 +155,15 @@ def test_a_moe_step_reads_only_the_experts_its_tokens_touch():
     assert shard.linear_flops_per_token == 2 * 5.13e9
     dense_model = engine_for(service("meta-llama/Llama-3.1-8B-Instruct", max_model_len=8192), H100).shard
     assert dense_model.weights_read(1) == dense_model.weights_read(64) == dense_model.weights_bytes
+
+
+def test_nvfp4_llama_3_3_70b_takes_4_5_bits_a_weight_and_keeps_embeddings_in_16():
+    """NVFP4 (NVIDIA, 'Introducing NVFP4'): FP4 E2M1 values in blocks of 16 sharing an FP8 E4M3 scale, plus one
+    FP32 scale per tensor (negligible): 4 + 8/16 = 4.5 bits. Llama-3.3-70B config.json: vocab 128256, hidden 8192,
+    untied; 70.6B parameters in the catalog (70.55B on the model card)."""
+    model = service("nvidia/Llama-3.3-70B-Instruct-FP4")
+    embeddings = 128256 * 8192 * 2
+    linear = 70_600_000_000 - embeddings
+    assert weights_bytes(model) == int(embeddings * 2 + linear * (0.5 + 1 / 16))
+    result = fit(model, H100)
+    assert result.weights_bytes_per_device == weights_bytes(model)       # one GPU

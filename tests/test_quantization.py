@@ -79,3 +79,34 @@ def test_formats_have_short_names():
     assert describe(service("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8").stored_format) == (
         "compressed-tensors W8A8 INT8"
     )
+
+
+def test_nvfp4_runs_on_fp4_tensor_cores_only_on_blackwell():
+    """vLLM 0.33 kernels/linear/nvfp4/: CUTLASS and FlashInfer NVFP4 GEMMs need compute capability 10
+    (`is_device_capability_family(100)`); below it MarlinNvFp4LinearKernel dequantizes to 16 bits ("Your GPU does
+    not have native support for FP4 computation", any GPU from 7.5, utils/marlin_utils_fp4.py)."""
+    nvfp4 = service("nvidia/Llama-3.3-70B-Instruct-FP4")
+    assert describe(nvfp4.stored_format) == "NVFP4 W4A4 (ModelOpt; FP4 with an FP8 scale per 16)"
+    assert kernel(nvfp4, gpu("B200")) == "NVFP4 on FP4 tensor cores (B200)"
+    assert kernel(nvfp4, gpu("H100")).startswith("NVFP4 weight-only (W4A16): H100 has no FP4 tensor cores")
+    assert "4.5 bits" in kernel(nvfp4, gpu("H100"))          # 4 bits + an 8-bit scale per 16 weights
+
+
+def test_weight_only_nvfp4_is_marlin_on_every_gpu():
+    """modelopt.py LINEAR_ALGOS: 'W4A16_NVFP4 -> W4A16: FP4 Marlin GEMM with bf16/fp16 activations'."""
+    w4a16 = CheckpointFormat(quant_method="modelopt", weight_bits=4, weight_type="float", group_size=16, scale_bits=8)
+    model = ModelServiceSpec(name="m", model="meta-llama/Llama-3.3-70B-Instruct", pool="p", checkpoint_format=w4a16)
+    assert kernel(model, gpu("B200")).startswith("NVFP4 weight-only (W4A16 FP4 Marlin, as stored)")
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"quant_method": "modelopt", "weight_bits": 4, "weight_type": "float", "group_size": 32, "scale_bits": 8},
+     "blocks of 16"),
+    ({"quant_method": "mxfp4", "weight_bits": 4, "weight_type": "float", "group_size": 16, "scale_bits": 8},
+     "blocks of 32"),
+    ({"quant_method": "awq", "weight_bits": 4, "weight_type": "int", "group_size": 128, "activation_bits": 4},
+     "activation_bits 4 is NVFP4's W4A4"),
+])
+def test_four_bit_float_formats_state_their_block(fields, says):
+    with pytest.raises(ValueError, match=says):
+        CheckpointFormat(**fields)

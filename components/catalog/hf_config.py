@@ -288,7 +288,14 @@ def _window(text: dict[str, Any], model_type: str, layers: int) -> dict[str, Any
 # ------------------------------------------------------------------------------------- stored format
 
 # vLLM's quantization_config names for the formats CheckpointFormat expresses.
-EXPRESSED_METHODS = ("awq", "gptq", "fp8", "compressed-tensors", "mxfp4")
+EXPRESSED_METHODS = ("awq", "gptq", "fp8", "compressed-tensors", "mxfp4", "modelopt")
+# ModelOpt's quant_algo values (vllm/model_executor/layers/quantization/modelopt.py LINEAR_ALGOS, vLLM 0.33) as
+# weight bits and activation bits: FP8 per tensor or channel quantizes activations too, FP8_PB_WO (128x128
+# blocks) is weight-only; NVFP4 is W4A4, W4A16_NVFP4 weight-only.
+MODELOPT_ALGOS = {
+    "FP8": (8, 8), "FP8_PER_CHANNEL_PER_TOKEN": (8, 8), "FP8_PB_WO": (8, 16), "NVFP4": (4, 4), "W4A16_NVFP4": (4, 16),
+}
+NVFP4 = {"weight_bits": 4, "weight_type": "float", "group_size": 16, "scale_bits": 8}
 
 
 def checkpoint_format_from_mapping(config: dict[str, Any], file: Path) -> CheckpointFormat | None:
@@ -318,7 +325,9 @@ def _format_fields(method: str, quant: dict[str, Any], path: str) -> dict[str, A
     """CheckpointFormat fields per method, as each writer stores them: AutoAWQ (bits or w_bit, group_size or
     q_group_size, zero_point), GPTQ (bits, group_size; qzeros stored whatever `sym` says), FP8 (block or
     per-tensor scales, activations quantized dynamically or statically), compressed-tensors
-    (config_groups.*.weights / input_activations), MXFP4 (4-bit float experts, one 8-bit scale per 32)."""
+    (config_groups.*.weights / input_activations; NVFP4 as 4-bit float in groups of 16), MXFP4 (4-bit float
+    experts, one 8-bit scale per 32), ModelOpt (quant_algo, flat or under `quantization` as hf_quant_config.json
+    writes it)."""
     if method == "awq":
         group = _group(quant.get("group_size", quant.get("q_group_size")))
         return {"quant_method": "awq", "weight_bits": quant.get("bits", quant.get("w_bit", 4)), "weight_type": "int",
@@ -332,6 +341,8 @@ def _format_fields(method: str, quant: dict[str, Any], path: str) -> dict[str, A
     if method == "mxfp4":
         return {"quant_method": "mxfp4", "weight_bits": 4, "weight_type": "float", "group_size": 32,
                 "scale_bits": 8, "applies_to": "experts"}
+    if method == "modelopt":
+        return _modelopt_fields(quant, path)
     groups = quant.get("config_groups") or {}
     if not groups:
         raise SpecError(path, "'compressed-tensors' without config_groups", "use the checkpoint's own config.json")
@@ -347,6 +358,18 @@ def _format_fields(method: str, quant: dict[str, Any], path: str) -> dict[str, A
     }
     fields["zero_points"] = fields["group_size"] is not None and weights.get("symmetric") is False
     if fields["weight_type"] == "float" and fields["weight_bits"] == 4:
-        raise SpecError(path, f"'compressed-tensors' stores 4-bit float weights ({quant.get('format', 'fp4')}), "
-                        "which CheckpointFormat cannot express yet", "serve an FP8, INT8 or INT4 checkpoint")
+        # nvfp4-pack-quantized: strategy tensor_group, 16 weights per FP8 scale (plus one global scale).
+        return {"quant_method": "compressed-tensors", **NVFP4, "activation_bits": fields["activation_bits"]}
     return fields
+
+
+def _modelopt_fields(quant: dict[str, Any], path: str) -> dict[str, Any]:
+    nested = quant.get("quantization")
+    algo = str((nested if isinstance(nested, dict) else quant).get("quant_algo", "")).upper()
+    if algo not in MODELOPT_ALGOS:
+        raise SpecError(f"{path.rsplit('.', 1)[0]}.quant_algo", f"ModelOpt's {algo or 'missing'!r} is a quant_algo "
+                        "inferstack cannot size", f"serve a ModelOpt checkpoint of {', '.join(MODELOPT_ALGOS)}")
+    weight_bits, activation_bits = MODELOPT_ALGOS[algo]
+    if weight_bits == 4:
+        return {"quant_method": "modelopt", **NVFP4, "activation_bits": activation_bits}
+    return {"quant_method": "modelopt", "weight_bits": 8, "weight_type": "float", "activation_bits": activation_bits}

@@ -14,7 +14,11 @@ checkpoint's own `quantization_config` (vllm/config/model.py `_verify_quantizati
   "Cannot find the config file for ...";
 - without FP8 tensor cores (compute capability below 8.9: A10G, A100) FP8 runs as weight-only FP8
   Marlin (W8A16): the weights still take one byte each, the matmuls run at the 16-bit rate
-  (quantization/online/fp8.py, kernels/linear `_POSSIBLE_FP8_KERNELS`, compressed_tensors.py).
+  (quantization/online/fp8.py, kernels/linear `_POSSIBLE_FP8_KERNELS`, compressed_tensors.py);
+- 4-bit floats (MXFP4, NVFP4) run on FP4 tensor cores only on Blackwell (compute capability 10);
+  elsewhere vLLM dequantizes them in FP4 Marlin (W4A16, "Your GPU does not have native support for
+  FP4 computation", kernels/linear/nvfp4/marlin.py, any GPU from compute capability 7.5), and an
+  NVFP4 W4A16 checkpoint runs there on every GPU (modelopt.py LINEAR_ALGOS "W4A16_NVFP4").
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ def describe(stored: CheckpointFormat) -> str:
     if stored.weight_bits == 16:
         return "16-bit"
     group = f" group-{stored.group_size}" if stored.group_size else ""
+    if stored.is_nvfp4:
+        scheme = "W4A4" if stored.activation_bits == 4 else "W4A16"
+        via = "ModelOpt" if stored.quant_method == "modelopt" else stored.quant_method
+        return f"NVFP4 {scheme} ({via}; FP4 with an FP8 scale per 16)"
+    if stored.quant_method == "modelopt":
+        return "FP8 (ModelOpt)" if stored.activation_bits == 8 else "FP8 weight-only (ModelOpt)"
     if stored.quant_method == "compressed-tensors":
         if stored.weight_type == "float":
             return "compressed-tensors FP8 (W8A8)"
@@ -85,7 +95,7 @@ def kernel_family(model: ModelServiceSpec, gpu: Gpu) -> str:
     if served.weight_bits == 16:
         return "16-bit"
     if served.weight_type == "float" and served.weight_bits == 4:
-        return "w4a16-marlin"  # MXFP4: weight-only below Blackwell; the step model has no FP4 family yet
+        return "w4a16-marlin"  # MXFP4/NVFP4: weight-only below Blackwell; the step model has no FP4 family yet
     if served.weight_type == "float":
         # The GPU catalog's FP8 hardware flag (compute capability 8.9 and newer).
         return "w8a8-fp8" if gpu.fp8 else "w8a16-marlin"
@@ -106,10 +116,17 @@ def kernel(model: ModelServiceSpec, gpu: Gpu) -> str:
     if family == "w8a8-int8":
         return "INT8 W8A8 (CUTLASS scaled-mm)"
     if served.weight_type == "float" and served.weight_bits == 4:
+        name = "NVFP4" if served.is_nvfp4 else "MXFP4"
+        bits = 4 + served.scale_bits / served.group_size
+        if served.is_nvfp4 and served.activation_bits == 16:
+            return (
+                f"NVFP4 weight-only (W4A16 FP4 Marlin, as stored): weights take {bits:g} bits each, matmuls run at "
+                "the 16-bit rate"
+            )
         if gpu.fp4:
-            return f"MXFP4 on FP4 tensor cores ({gpu.name})"
+            return f"{name} on FP4 tensor cores ({gpu.name})"
         return (
-            f"MXFP4 weight-only (W4A16): {gpu.name} has no FP4 tensor cores, so weights take 4.25 bits each but "
+            f"{name} weight-only (W4A16): {gpu.name} has no FP4 tensor cores, so weights take {bits:g} bits each but "
             "matmuls run at the 16-bit rate"
         )
     if served.weight_type == "float":

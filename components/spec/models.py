@@ -498,17 +498,18 @@ class CheckpointFormat(Model):
     the LM head stay 16-bit in every format here.
     """
 
-    quant_method: Literal["none", "awq", "gptq", "fp8", "compressed-tensors", "mxfp4"] = Field(
+    quant_method: Literal["none", "awq", "gptq", "fp8", "compressed-tensors", "mxfp4", "modelopt"] = Field(
         "none",
-        description="`quantization_config.quant_method` of the checkpoint's config.json; none for a 16-bit "
-        "checkpoint (no quantization_config). Defaults to none.",
+        description="`quantization_config.quant_method` of the checkpoint's config.json (modelopt: NVIDIA "
+        "ModelOpt's FP8 or NVFP4); none for a 16-bit checkpoint (no quantization_config). Defaults to none.",
     )
     weight_bits: Literal[4, 8, 16] = Field(16, description="Bits per stored weight. Defaults to 16.")
     weight_type: Literal["int", "float"] = Field(
         "float", description="Integer (AWQ, GPTQ, W4A16, W8A8-INT8) or float (FP8, 16-bit) weights. Defaults to float."
     )
-    activation_bits: Literal[8, 16] = Field(
-        16, description="8 when activations are quantized too (W8A8 INT8 or FP8), 16 for weight-only. Defaults to 16."
+    activation_bits: Literal[4, 8, 16] = Field(
+        16, description="8 when activations are quantized too (W8A8 INT8 or FP8), 4 for NVFP4 W4A4, 16 for "
+        "weight-only. Defaults to 16.",
     )
     group_size: int | None = Field(
         None,
@@ -520,7 +521,8 @@ class CheckpointFormat(Model):
         False, description="A 4-bit zero point is stored per group (AWQ, GPTQ). Defaults to false."
     )
     scale_bits: Literal[8, 16] = Field(
-        16, description="Bits of each group's scale: 16 (AWQ, GPTQ), 8 (MXFP4's E8M0 per 32 weights). Defaults to 16."
+        16, description="Bits of each group's scale: 16 (AWQ, GPTQ), 8 (MXFP4's E8M0 per 32 weights, NVFP4's E4M3 "
+        "per 16). Defaults to 16."
     )
     applies_to: Literal["linear", "experts"] = Field(
         "linear",
@@ -535,8 +537,9 @@ class CheckpointFormat(Model):
             "awq": {(4, "int")},
             "gptq": {(4, "int"), (8, "int")},
             "fp8": {(8, "float")},
-            "compressed-tensors": {(4, "int"), (8, "int"), (8, "float")},
+            "compressed-tensors": {(4, "int"), (8, "int"), (8, "float"), (4, "float")},
             "mxfp4": {(4, "float")},
+            "modelopt": {(8, "float"), (4, "float")},
         }
         if (self.weight_bits, self.weight_type) not in kinds[self.quant_method]:
             allowed = ", ".join(f"{bits}-bit {kind}" for bits, kind in sorted(kinds[self.quant_method]))
@@ -550,12 +553,29 @@ class CheckpointFormat(Model):
                 "activation_bits 8 (W8A8) needs weight_bits 8. To fix: set weight_bits 8, or drop activation_bits "
                 "for a weight-only checkpoint"
             )
+        if (self.weight_bits, self.weight_type) == (4, "float"):
+            block = 32 if self.quant_method == "mxfp4" else 16
+            if (self.group_size, self.scale_bits) != (block, 8):
+                raise ValueError(
+                    f"4-bit float weights under {self.quant_method!r} come in blocks of {block} sharing an 8-bit scale "
+                    f"({'MXFP4' if block == 32 else 'NVFP4'}). To fix: set group_size {block} and scale_bits 8"
+                )
+        if self.activation_bits == 4 and not self.is_nvfp4:
+            raise ValueError(
+                "activation_bits 4 is NVFP4's W4A4: 4-bit float weights in groups of 16 with 8-bit scales. To fix: "
+                "state that format, or drop activation_bits for a weight-only checkpoint"
+            )
         if self.group_size is None and self.zero_points:
             raise ValueError(
                 "zero_points are stored per group. To fix: set group_size (e.g. 128, as the checkpoint's "
                 "quantization_config states), or zero_points false"
             )
         return self
+
+    @property
+    def is_nvfp4(self) -> bool:
+        """NVIDIA's FP4: E2M1 weights in blocks of 16 sharing an FP8 (E4M3) scale, plus one FP32 scale per tensor."""
+        return self.weight_bits == 4 and self.weight_type == "float" and self.group_size == 16 and self.scale_bits == 8
 
 
 SIXTEEN_BIT = CheckpointFormat()
