@@ -25,6 +25,7 @@ from inferstack.policies.storage import s3_buckets_private_encrypted
 from inferstack.policies.vllm_serving import (
     vllm_disruption_budget,
     vllm_fp8_kv_cache,
+    vllm_parallel_layout,
     vllm_prefix_caching,
     vllm_probes_and_requests,
 )
@@ -48,6 +49,7 @@ POLICIES: list[Policy] = [
     keda_scaling_bounds,
     vllm_probes_and_requests,
     vllm_disruption_budget,
+    vllm_parallel_layout,
     controller_created_names,
     kueue_quotas_within_pools,
     budget_at_max_scale,

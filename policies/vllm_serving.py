@@ -132,6 +132,79 @@ vllm_prefix_caching = ResourceValidationPolicy(
 )
 
 
+# vLLM 0.33's parallel-size flags and their short aliases (EngineArgs.add_cli_args, vllm/engine/arg_utils.py).
+PARALLEL_FLAGS = {
+    "tp": ("--tensor-parallel-size", "-tp"), "pp": ("--pipeline-parallel-size", "-pp"),
+    "dp": ("--data-parallel-size", "-dp"), "local": ("--data-parallel-size-local", "-dpl"), "nnodes": ("--nnodes", "-n"),
+}
+UNREADABLE = -1
+
+
+def _parallel_sizes(tokens: list[str], group_size: int) -> dict[str, int | None]:
+    """Each parallel flag's number, None when absent; `$(LWS_GROUP_SIZE)` is the group's size, anything else that
+    is not a plain number UNREADABLE."""
+    sizes: dict[str, int | None] = {}
+    for name, (flag, alias) in PARALLEL_FLAGS.items():
+        value = flag_value(tokens, flag)
+        value = flag_value(tokens, alias) if value is None else value
+        if value is None:
+            sizes[name] = None
+        elif value == "$(LWS_GROUP_SIZE)":
+            sizes[name] = group_size
+        else:
+            sizes[name] = int(value) if value.isdigit() else UNREADABLE
+    return sizes
+
+
+def _local_gpus(tokens: list[str], group_size: int) -> tuple[int, str] | None:
+    """The GPUs one vLLM process of these flags drives on its node, and how, by vLLM 0.33's rules
+    (`EngineArgs.create_engine_config`): with `--nnodes` the world (tp x pp x dp) is split evenly over the
+    nodes, else a node runs `--data-parallel-size-local` ranks (default all of them) of tp x pp GPUs.
+    None when a size cannot be read."""
+    sizes = _parallel_sizes(tokens, group_size)
+    if UNREADABLE in sizes.values():
+        return None
+    tp, pp, dp, nnodes = (sizes[name] or 1 for name in ("tp", "pp", "dp", "nnodes"))
+    world = tp * pp * dp
+    if nnodes > 1:
+        if world % nnodes:
+            return 0, f"a world of {world} GPUs (tensor {tp} x pipeline {pp} x data {dp}) {nnodes} nodes cannot split"
+        return world // nnodes, f"{world} GPUs (tensor {tp} x pipeline {pp} x data {dp}) over {nnodes} nodes"
+    ranks = sizes["local"] or dp
+    return tp * pp * ranks, f"tensor {tp} x pipeline {pp} x {ranks} data-parallel rank(s) on the node"
+
+
+def _parallel_layout(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    found = workload(args.resource_type, args.props, args.name)
+    if found is None:
+        return
+    group_size = sum(t.copies for t in found.templates) if found.kind == "LeaderWorkerSet" else 1
+    for template, container in found.vllm_containers():
+        gpus = template.device_requests().get("nvidia.com/gpu")
+        if gpus is None:
+            continue  # a MIG slice or a GPU share: one device
+        local = _local_gpus(command_tokens(container), group_size)
+        if local is None or local[0] == gpus:
+            continue
+        where = f"{found} container {text(container.get('name'), '?')!r}" + (
+            "" if template.role == "pod" else f" ({template.role})"
+        )
+        needs, how = local
+        report(
+            f"{where} requests {gpus:g} nvidia.com/gpu but its vLLM flags need {needs} ({how}): with fewer vLLM "
+            "fails at start, with more they sit idle. To fix: make the GPU request equal tensor_parallel x "
+            "data-parallel ranks per node, or change the parallel sizes."
+        )
+
+
+vllm_parallel_layout = ResourceValidationPolicy(
+    name="vllm-parallel-layout",
+    description="Each vLLM pod requests exactly the GPUs its tensor, pipeline and data-parallel flags run on its node.",
+    validate=_parallel_layout,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+
 def _hopper_or_newer(group_gpu: str | None) -> bool:
     gpu = GPUS.get(group_gpu or "")
     return gpu is not None and float(gpu.compute_capability) >= FP8_KV_FROM_COMPUTE_CAPABILITY

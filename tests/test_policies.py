@@ -423,6 +423,41 @@ def test_vllm_needs_probes_and_requests(tmp_path, capsys):
     assert "container 'vllm' (leader) requests no memory. To fix: set resources.requests.memory" in text
 
 
+def _vllm(resource: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in containers(resource) if c["name"] == "vllm")
+
+
+def test_a_pod_must_request_the_gpus_its_vllm_flags_run(tmp_path, capsys):
+    """vLLM 0.33 `EngineArgs.create_engine_config` (vllm/engine/arg_utils.py): a process drives tp x pp x
+    data-parallel-size-local GPUs of its node, or (tp x pp x dp) / nnodes with --nnodes; with fewer visible GPUs
+    it fails to start."""
+    resources = rendered()
+    vllm = _vllm(find(resources, "Deployment", "llama-70b"))
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "4"                  # tensor_parallel 4
+    vllm["resources"]["limits"]["nvidia.com/gpu"] = vllm["resources"]["requests"]["nvidia.com/gpu"] = "2"
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and failing(report) == {"vllm-parallel-layout"}
+    text = messages(report, "vllm-parallel-layout")
+    assert "Deployment inference/llama-70b container 'vllm' requests 2 nvidia.com/gpu but its vLLM flags need 4" in text
+    assert "To fix: make the GPU request equal" in text
+
+
+def test_a_group_splits_its_world_over_its_nodes(tmp_path, capsys):
+    resources = rendered()
+    args = _vllm(find(resources, "LeaderWorkerSet", "llama-70b-long-group"))["args"]
+    assert args[args.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)"
+    args[args.index("--tensor-parallel-size") + 1] = "3"
+    args[args.index("--pipeline-parallel-size") + 1] = "1"          # 3 GPUs over a group of 2 nodes
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "a world of 3 GPUs (tensor 3 x pipeline 1 x data 1) 2 nodes cannot split" in messages(
+        report, "vllm-parallel-layout")
+    args[args.index("--pipeline-parallel-size") + 1] = "2"
+    args[args.index("--tensor-parallel-size") + 1] = "4"             # 4 x 2 over 2 nodes: 4 a node, 8 requested
+    code, report = check(resources, tmp_path, capsys)
+    assert "(leader) requests 8 nvidia.com/gpu but its vLLM flags need 4 (8 GPUs (tensor 4 x pipeline 2 x data 1) over " \
+           "2 nodes)" in messages(report, "vllm-parallel-layout")
+
+
 def test_vllm_needs_a_disruption_budget(tmp_path, capsys):
     resources = rendered()
     resources.remove(find(resources, "PodDisruptionBudget", "llama-70b-long"))
