@@ -15,6 +15,7 @@ from inferstack.policies.controller_names import controller_created_names
 from inferstack.policies.efa_image import efa_capable_image
 from inferstack.policies.gpu_requests import gpu_requests_advertised
 from inferstack.policies.iam import iam_least_privilege
+from inferstack.policies.interruption import spot_interruption_budget
 from inferstack.policies.kueue_quotas import kueue_quotas_within_pools
 from inferstack.policies.literals import no_literal_secrets
 from inferstack.policies.network import efa_placement_and_security_group
@@ -38,6 +39,7 @@ POLICIES: list[Policy] = [
     images_pinned,
     helm_releases_pinned,
     serving_on_demand_baseline,
+    spot_interruption_budget,
     gpu_requests_advertised,
     autoscaler_node_templates,
     efa_placement_and_security_group,

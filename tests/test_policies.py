@@ -458,6 +458,40 @@ def test_a_group_splits_its_world_over_its_nodes(tmp_path, capsys):
            "2 nodes)" in messages(report, "vllm-parallel-layout")
 
 
+# Spot interruptions: EC2 reclaims a spot instance two minutes after its notice, EKS drains a spot managed node
+# group's node on it, and the preStop hook runs inside terminationGracePeriodSeconds (Kubernetes "Pod Lifecycle").
+
+
+def test_a_grace_period_beyond_the_notice_fails_the_policy(tmp_path, capsys):
+    resources = rendered()
+    lws = find(resources, "LeaderWorkerSet", "llama-70b-long-group")
+    lws["inputs"]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["terminationGracePeriodSeconds"] = 300
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and failing(report) == {"spot-interruption-budget"}
+    text = messages(report, "spot-interruption-budget")
+    assert "LeaderWorkerSet inference/llama-70b-long-group worker pods can run on spot node groups" in text
+    assert "terminationGracePeriodSeconds 300, longer than the 120 s interruption notice" in text
+
+
+def test_a_pre_stop_that_takes_the_whole_grace_period_fails_the_policy(tmp_path, capsys):
+    resources = rendered()
+    deployment = find(resources, "Deployment", "llama-70b")
+    next(c for c in containers(deployment) if c["name"] == "vllm")["lifecycle"]["preStop"]["sleep"]["seconds"] = 90
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "sleep 90 s in preStop within a 90 s grace period" in messages(report, "spot-interruption-budget")
+
+
+def test_pods_without_spot_are_not_held_to_the_notice(tmp_path, capsys):
+    resources = rendered()
+    for group in resources:
+        if group["type"].endswith(":NodeGroup") and group["inputs"].get("capacityType") == "SPOT":
+            group["inputs"]["capacityType"] = "ON_DEMAND"
+    deployment = find(resources, "Deployment", "llama-70b")
+    deployment["inputs"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 600
+    _, report = check(resources, tmp_path, capsys)
+    assert report["spot-interruption-budget"]["violations"] == []
+
+
 def test_vllm_needs_a_disruption_budget(tmp_path, capsys):
     resources = rendered()
     resources.remove(find(resources, "PodDisruptionBudget", "llama-70b-long"))

@@ -79,6 +79,23 @@ def launch_template_suffix(plan: NodeGroupPlan) -> str:
     return ON_DEMAND_LAUNCH_TEMPLATE if plan.suffix == GROUP_ON_DEMAND else LAUNCH_TEMPLATE
 
 
+# EKS node auto repair (EKS API NodeRepairConfig): a GPU node reloads its models once replaced, so one at a time,
+# and none while more than a fifth of the group is unhealthy (then the fault is not the nodes': Karpenter and
+# EKS's built-in stop use the same 20%, shared/reference/karpenter.md sections 8 and B.2).
+REPAIR_PARALLEL_NODES = 1
+REPAIR_MAX_UNHEALTHY_PERCENT = 20
+
+
+def node_repair_config(pool: NodePoolSpec) -> eks.NodeGroupNodeRepairConfigArgs:
+    if not pool.auto_repair:
+        return eks.NodeGroupNodeRepairConfigArgs(enabled=False)
+    return eks.NodeGroupNodeRepairConfigArgs(
+        enabled=True,
+        max_parallel_nodes_repaired_count=REPAIR_PARALLEL_NODES,
+        max_unhealthy_node_threshold_percentage=REPAIR_MAX_UNHEALTHY_PERCENT,
+    )
+
+
 def update_strategy(plan: NodeGroupPlan) -> str:
     """MINIMAL where the capacity is reserved (nothing to surge into), DEFAULT elsewhere."""
     return "MINIMAL" if plan.reservation is not None else "DEFAULT"
@@ -322,6 +339,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 update_config=eks.NodeGroupUpdateConfigArgs(
                     max_unavailable=MAX_UNAVAILABLE, update_strategy=update_strategy(plan)
                 ),
+                node_repair_config=node_repair_config(pool),
                 force_update_version=FORCE_UPDATE_VERSION,
                 opts=pulumi.ResourceOptions(
                     parent=self,

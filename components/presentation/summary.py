@@ -11,6 +11,7 @@ from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.engine.recorder import Recording
 from inferstack.planning.cost import nodes_cost, stack_costs
 from inferstack.planning.node_groups import nodes_at, nodes_at_min
+from inferstack.planning.interruption import interruption_plan
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
 from inferstack.planning.sizing import GIB, fit, kv_formula, parallel_layout
 from inferstack.presentation.pool_drawing import pack
@@ -424,6 +425,7 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         },
         "throughput": throughput(spec),
         "rollouts": rollouts(spec),
+        "interruption": interruption_plan(spec),
         "time_to_serving": time_to_serving(spec, recording),
         "outputs": sorted(recording.outputs),
         "policies": policy_results(spec, recording),

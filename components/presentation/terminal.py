@@ -168,6 +168,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
         print_throughput(plan["throughput"], console)
     if plan.get("rollouts", {}).get("models"):
         print_rollouts(plan["rollouts"], console)
+    if plan.get("interruption"):
+        print_interruption(plan["interruption"], console)
     if plan.get("time_to_serving", {}).get("models"):
         print_time_to_serving(plan["time_to_serving"], console)
     if plan.get("policies"):
@@ -252,6 +254,23 @@ def print_rollouts(rollouts: dict[str, Any], console: Console) -> None:
                   soft_wrap=True)
     for row in rollouts["models"]:
         console.print(f"    {row['check']}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_interruption(interruption: dict[str, Any], console: Console) -> None:
+    """Spot interruptions: which services can get the two-minute notice, and whether their pods stop inside it."""
+    if not interruption["spot_pools"]:
+        return
+    services = ", ".join(interruption["services_on_spot"]) or "no model service"
+    verdict = (
+        f"{interruption['spare_seconds']} s to spare" if interruption["fits"]
+        else "[red]longer than the notice[/red]"
+    )
+    console.print(
+        f"Spot interruptions on {', '.join(interruption['spot_pools'])} ({services}): {interruption['handled_by']}; "
+        f"serving pods stop within their {interruption['grace_seconds']} s grace period ({interruption['pre_stop_seconds']} s "
+        f"preStop included) of the {interruption['notice_seconds']} s notice, {verdict}",
+        highlight=False, soft_wrap=True,
+    )
 
 
 def print_time_to_serving(times: dict[str, Any], console: Console) -> None:

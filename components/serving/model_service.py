@@ -30,6 +30,7 @@ from inferstack.conventions import (
 )
 from inferstack.planning.pool_capacity import efa_requests, gpu_requests, pool_cache_budget_bytes
 from inferstack.planning.rollout import rollout
+from inferstack.planning.interruption import SERVING_BUDGET
 from inferstack.serving import names, pods
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
@@ -40,9 +41,6 @@ from inferstack.weights.prefetch import PIN_SCRIPT, render_pin_script, render_pr
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PROBE_PERIOD_SECONDS = 10
-# Spot nodes get a two-minute notice: stop taking new requests, let in-flight ones finish, exit in time.
-PRE_STOP_SECONDS = 15
-TERMINATION_GRACE_SECONDS = 90
 # Pulumi would otherwise block `up` until GPU pods are Ready, which waits on node provisioning,
 # Kueue admission and model load; readiness is the probes' and KEDA's business, and the plan prints
 # how to wait for a rollout (inferstack.planning.rollout).
@@ -148,7 +146,7 @@ def pod_spec(
         "resources": pods.resources(millicores, memory, extended),
         "securityContext": pods.vllm_security_context(route.image),
         "volumeMounts": pods.vllm_mounts(route.image),
-        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": SERVING_BUDGET.pre_stop_seconds}}},
     }
     if role != "worker":
         container["ports"] = [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}]
@@ -159,7 +157,7 @@ def pod_spec(
         "automountServiceAccountToken": False,
         # Service links would inject e.g. VLLM_PORT for a Service named "vllm", which vLLM reads as its own setting.
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": SERVING_BUDGET.grace_seconds,  # inside the spot notice
         "securityContext": dict(pods.POD_SECURITY),
         **pods.placement(hardware, prefer_capacity=pods.preferred_capacity(model.tier), spread_labels=spread),
         "initContainers": [pods.prefetch_init_container(spec.region, millicores, memory)],

@@ -316,6 +316,11 @@ class NodePoolSpec(Model):
     ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = Field(
         "AL2023_x86_64_NVIDIA", description="EKS AMI type. Defaults to AL2023_x86_64_NVIDIA."
     )
+    auto_repair: bool = Field(
+        True,
+        description="EKS node auto repair on the pool's node groups: a node that stays unhealthy is replaced, one "
+        "at a time, and repair pauses while more than 20% of a group is unhealthy. Defaults to true.",
+    )
 
     _efa_bool = field_validator("efa", "nvme_cache", mode="before")(_bool_to_enabled)
 
