@@ -24,6 +24,7 @@ def deploy(spec: StackSpec) -> None:
             spec=spec,
             cluster_name=aws.cluster_name,
             node_pool_dependencies=[group for pool in aws.node_pools.values() for group in pool.node_groups],
+            karpenter=karpenter_args(spec, aws),
         ),
         pulumi.ResourceOptions(providers={"kubernetes": aws.kubernetes_provider, "aws": aws.aws_provider}),
     )
@@ -45,6 +46,25 @@ def deploy(spec: StackSpec) -> None:
     pulumi.export("node_pools", aws.node_pool_names)
     pulumi.export("weights_bucket", aws.weights_bucket)
     pulumi.export("prometheus_url", platform.prometheus_url)
+
+
+def karpenter_args(spec: StackSpec, aws):
+    """What the platform's Karpenter needs from the AWS layer; None unless the stack uses Karpenter."""
+    from inferstack.platform.karpenter import KarpenterArgs, KarpenterPoolNetwork
+
+    if aws.karpenter is None:
+        return None
+    return KarpenterArgs(
+        spec=spec,
+        cluster_name=aws.cluster_name,
+        node_role_name=aws.karpenter.node_role_name,
+        interruption_queue_name=aws.karpenter.interruption_queue_name,
+        networks={
+            name: KarpenterPoolNetwork(pool.subnet_ids, pool.security_group_ids, pool.placement_group_name)
+            for name, pool in aws.node_pools.items()
+        },
+        depends_on=[aws.karpenter.controller_identity],
+    )
 
 
 def deploy_or_fail(stacks_dir: Path, stack_name: str) -> None:

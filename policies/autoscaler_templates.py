@@ -41,7 +41,7 @@ def expected_tags(group: NodeGroupView) -> dict[str, str]:
 
 
 def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
-    groups = [g for g in node_groups(args.resources) if g.min_size == 0]
+    groups = [g for g in node_groups(args.resources) if g.min_size == 0 and not g.is_karpenter]
     if not groups:
         args.not_applicable("no node group can scale to zero nodes")
     for group in groups:

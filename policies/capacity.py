@@ -36,7 +36,7 @@ def _baseline(args: StackValidationArgs, report: ReportViolation) -> None:
                 registered.resource.urn,
             )
             continue
-        baseline = [g for g in eligible if not g.is_spot and g.min_size > 0]
+        baseline = [g for g in eligible if not g.is_spot and g.baseline_nodes > 0]
         if not baseline:
             report(
                 f"{found} is tier online but none of its on-demand node groups keeps a node running: "
@@ -54,11 +54,11 @@ def _baseline(args: StackValidationArgs, report: ReportViolation) -> None:
         baseline = [by_name[n] for n in names]
         if any(g.advertised is None for g in baseline):
             continue
-        held = sum(g.min_size * g.offers(resource_name) for g in baseline)
+        held = sum(g.baseline_nodes * g.offers(resource_name) for g in baseline)
         needed = sum(minimum * amount for _, minimum, amount in services)
         if needed > held:
             listed = ", ".join(f"{r.workload.name} ({m} x {count(a)})" for r, m, a in services)
-            layout = ", ".join(f"{g.name}: {g.min_size} nodes x {g.offers(resource_name)}" for g in baseline)
+            layout = ", ".join(f"{g.name}: {g.baseline_nodes} nodes x {g.offers(resource_name)}" for g in baseline)
             report(
                 f"online services {listed} need {count(needed)} {resource_name} at minimum scale but the on-demand "
                 f"baseline holds {held} ({layout}), so some minimum replicas would run on spot. To fix: raise the "

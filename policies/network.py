@@ -1,5 +1,8 @@
 """EFA node groups keep their nodes close and let them talk to each other.
 
+The same holds for a Karpenter EC2NodeClass with EFA interfaces: its placementGroupSelector (or its
+capacityReservationSelectorTerms) and its security groups (shared/reference/karpenter.md 4.4, 4.5).
+
 EFA traffic needs every node of the pool in one cluster placement group (or in a capacity
 reservation / block, which brings its own placement) and a security group that allows all traffic
 to and from itself; without the self rule, NCCL over EFA hangs at the first collective.
@@ -11,7 +14,7 @@ from collections.abc import Sequence
 
 from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from inferstack.policies.pools import LAUNCH_TEMPLATE, NodeGroupView, efa_interfaces, node_groups
+from inferstack.policies.pools import KARPENTER_NODE_CLASS, LAUNCH_TEMPLATE, NodeGroupView, efa_interfaces, node_groups
 from inferstack.policies.props import dig, items, mapping, text
 
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
@@ -26,6 +29,8 @@ ALL_PROTOCOLS = ("-1", "all")
 
 def _group_ids(template: PolicyResource) -> set[str]:
     props = template.props
+    if template.resource_type == KARPENTER_NODE_CLASS:
+        return {text(mapping(t).get("id")) for t in items(dig(props, "spec", "securityGroupSelectorTerms"))} - {""}
     ids = {text(i) for i in items(props.get("vpcSecurityGroupIds"))}
     for interface in items(props.get("networkInterfaces")):
         ids |= {text(i) for i in items(mapping(interface).get("securityGroups"))}
@@ -68,17 +73,33 @@ def _reservation(template: PolicyResource, users: Sequence[NodeGroupView]) -> bo
     )
 
 
+def _node_class_efa(node_class: PolicyResource) -> int:
+    return sum(
+        1 for interface in items(dig(node_class.props, "spec", "networkInterfaces"))
+        if text(mapping(interface).get("interfaceType")) in ("efa", "efa-only")
+    )
+
+
 def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
     groups = node_groups(args.resources)
-    for template in (r for r in args.resources if r.resource_type == LAUNCH_TEMPLATE):
-        interfaces = efa_interfaces(template)
+    for template in (r for r in args.resources if r.resource_type in (LAUNCH_TEMPLATE, KARPENTER_NODE_CLASS)):
+        karpenter = template.resource_type == KARPENTER_NODE_CLASS
+        interfaces = _node_class_efa(template) if karpenter else efa_interfaces(template)
         if not interfaces:
             continue
-        users = [g for g in groups if g.launch_template is template]
-        used_by = f" (node groups {', '.join(g.name for g in users)})" if users else ""
-        subject = f"launch template {template.name}{used_by} attaches {interfaces} EFA interfaces"
-        placement = text(dig(template.props, "placement", "groupName"))
-        if not placement and not _reservation(template, users):
+        if karpenter:
+            subject = f"EC2NodeClass {text(dig(template.props, 'metadata', 'name'))} attaches {interfaces} EFA interfaces"
+            placement = text(dig(template.props, "spec", "placementGroupSelector", "name")) or text(
+                dig(template.props, "spec", "placementGroupSelector", "id")
+            )
+            reserved = bool(items(dig(template.props, "spec", "capacityReservationSelectorTerms")))
+        else:
+            users = [g for g in groups if g.launch_template is template]
+            used_by = f" (node groups {', '.join(g.name for g in users)})" if users else ""
+            subject = f"launch template {template.name}{used_by} attaches {interfaces} EFA interfaces"
+            placement = text(dig(template.props, "placement", "groupName"))
+            reserved = _reservation(template, users)
+        if not placement and not reserved:
             report(
                 f"{subject} but no placement group and no capacity reservation. To fix: keep "
                 "efa.create_placement_group true (a cluster placement group), name an existing one in "

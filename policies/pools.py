@@ -1,5 +1,9 @@
 """What each node group offers the scheduler, recovered from the resources the program registered.
 
+A node group is an EKS managed node group, or under Karpenter a NodePool with its EC2NodeClass: the same
+view answers both (its labels, capacity type, instance types, node limit and EFA devices), so every rule
+reads Karpenter pools exactly as it reads node groups.
+
 A node group's labels name its pool and the MIG / device-plugin config its nodes select; the GPU
 operator release (or a ConfigMap it names) holds those configs; the launch template holds the EFA
 interfaces; the catalog knows GPUs per instance type. Joined, they give the extended resources
@@ -23,6 +27,12 @@ from inferstack.policies.workloads import PodTemplate, Workload, expression_matc
 from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+KARPENTER_NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+KARPENTER_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+KARPENTER_CAPACITY_LABEL = "karpenter.sh/capacity-type"
+KARPENTER_NODE_POOL_LABEL = "karpenter.sh/nodepool"
+# Karpenter's capacity types as EKS names them on node groups (shared/reference/karpenter.md 4.1).
+KARPENTER_CAPACITY_TYPES = {"spot": "SPOT", "on-demand": "ON_DEMAND", "reserved": "CAPACITY_RESERVED"}
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG_TAG = "aws:autoscaling/tag:Tag"  # one tag on the Auto Scaling group EKS made for a node group
 HELM_RELEASE_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
@@ -124,6 +134,26 @@ class NodeGroupView:
     asg_tags: dict[str, str] = field(default_factory=dict)  # tags set on its Auto Scaling group
     advertised: dict[str, int] | None = None  # None: unknown (the stack installs no GPU operator)
     problems: list[str] = field(default_factory=list)
+    node_class: PolicyResource | None = None  # a Karpenter NodePool's EC2NodeClass; None for a node group
+
+    @property
+    def is_karpenter(self) -> bool:
+        return self.resource.resource_type == KARPENTER_NODE_POOL
+
+    @property
+    def baseline_nodes(self) -> int:
+        """Nodes it holds for a minimum of replicas: a node group's minimum size; a Karpenter NodePool keeps none
+        running but launches up to its node limit as soon as pods need them."""
+        return self.max_size if self.is_karpenter else self.min_size
+
+    @property
+    def efa_devices(self) -> int:
+        if self.node_class is not None:
+            return sum(
+                1 for interface in items(dig(self.node_class.props, "spec", "networkInterfaces"))
+                if text(mapping(interface).get("interfaceType")) in EFA_INTERFACE_TYPES
+            )
+        return efa_interfaces(self.launch_template)
 
     @property
     def name(self) -> str:
@@ -151,7 +181,14 @@ class NodeGroupView:
         return (self.advertised or {}).get(resource_name, 0)
 
     def node_labels(self, instance: str | None) -> dict[str, str]:
-        """Labels its nodes carry: the group's own, plus what EKS and the kubelet add."""
+        """Labels its nodes carry: the group's own, plus what EKS (or Karpenter) and the kubelet add."""
+        if self.is_karpenter:
+            capacity = {v: k for k, v in KARPENTER_CAPACITY_TYPES.items()}[self.capacity_type]
+            labels = {**self.labels, KARPENTER_CAPACITY_LABEL: capacity,
+                      KARPENTER_NODE_POOL_LABEL: text(dig(self.resource.props, "metadata", "name"))}
+            if instance:
+                labels[INSTANCE_TYPE_LABEL] = instance
+            return labels
         labels = {**self.labels, conventions.EKS_CAPACITY_LABEL: self.capacity_type}
         group_name = text(self.resource.props.get("nodeGroupName"))
         if group_name:
@@ -193,6 +230,8 @@ class NodeGroupView:
 
     def __str__(self) -> str:
         pool = f"pool {self.pool}, " if self.pool else ""
+        if self.is_karpenter:
+            return f"{self.name} ({pool}Karpenter {self.capacity_type}, up to {self.max_size} nodes)"
         return f"{self.name} ({pool}{self.capacity_type}, {self.min_size}-{self.max_size} nodes)"
 
 
@@ -246,6 +285,39 @@ def node_groups(resources: Sequence[PolicyResource]) -> list[NodeGroupView]:
         )
         _fill_advertised(view, operator)
         views.append(view)
+    return views + _karpenter_views(resources, operator)
+
+
+def _requirement(props: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """The `In` values of a NodePool requirement on `key`."""
+    for requirement in items(dig(props, "spec", "template", "spec", "requirements")):
+        requirement = mapping(requirement)
+        if text(requirement.get("key")) == key and text(requirement.get("operator")) == "In":
+            return tuple(v for v in items(requirement.get("values")) if isinstance(v, str))
+    return ()
+
+
+def _karpenter_views(resources: Sequence[PolicyResource], operator: OperatorConfig | None) -> list[NodeGroupView]:
+    """Each Karpenter NodePool as a node group: one capacity type, its instance types, up to limits.nodes nodes."""
+    classes = {text(dig(r.props, "metadata", "name")): r for r in resources if r.resource_type == KARPENTER_NODE_CLASS}
+    views = []
+    for resource in resources:
+        if resource.resource_type != KARPENTER_NODE_POOL:
+            continue
+        props = resource.props
+        capacity = _requirement(props, KARPENTER_CAPACITY_LABEL)
+        view = NodeGroupView(
+            resource=resource,
+            labels=string_map(dig(props, "spec", "template", "metadata", "labels")),
+            capacity_type=KARPENTER_CAPACITY_TYPES.get(capacity[0] if len(capacity) == 1 else "", "ON_DEMAND"),
+            instance_types=_requirement(props, INSTANCE_TYPE_LABEL),
+            min_size=0,
+            max_size=whole(dig(props, "spec", "limits", "nodes"), 0),
+            launch_template=None,
+            node_class=classes.get(text(dig(props, "spec", "template", "spec", "nodeClassRef", "name"))),
+        )
+        _fill_advertised(view, operator)
+        views.append(view)
     return views
 
 
@@ -262,7 +334,7 @@ def _asg_tags(group: PolicyResource, tags: Sequence[PolicyResource]) -> dict[str
 def _fill_advertised(view: NodeGroupView, operator: OperatorConfig | None) -> None:
     instance = view.instance
     advertised: dict[str, int] = {}
-    efa = efa_interfaces(view.launch_template)
+    efa = view.efa_devices
     if efa:
         advertised[EFA_RESOURCE] = efa
     gpus = instance.gpu_count if instance is not None else 0

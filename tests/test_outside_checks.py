@@ -9,14 +9,13 @@
   checks down to severity style.
 * parliament (duo-labs/parliament 1.6.4, with its community auditors) over every IAM policy document.
 
-Stacks: dev and prod rendered through the CLI, the platform test spec (EFA, MIG and time slicing) and the AWS-layer
+Stacks: dev, prod and karpenter rendered through the CLI, the platform test spec (EFA, MIG and time slicing) and the AWS-layer
 test spec, so every pool shape the tests know is covered.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import shutil
 import subprocess
@@ -28,13 +27,12 @@ from typing import Any
 
 import aws_recording
 import cel_rules
+from iam_lint import parliament_findings
 import kube_validation
 import platform_recording
 import promql_labels
 import pytest
 import yaml
-import parliament
-from parliament import analyze_policy_string, enhance_finding, override_config
 from rendered_artifacts import (
     PodTemplate,
     Registration,
@@ -74,13 +72,14 @@ def renders(tmp_path_factory) -> dict[str, Render]:
     return {
         "dev": _cli_render("dev", tmp_path_factory.mktemp("dev")),
         "prod": _cli_render("prod", tmp_path_factory.mktemp("prod")),
+        "karpenter": _cli_render("karpenter", tmp_path_factory.mktemp("karpenter")),
         "platform-spec": Render(kubernetes_objects(platform), registrations(platform.resources)),
         "aws-spec": Render([], registrations(aws.resources)),
     }
 
 
-RENDERS = ["dev", "prod", "platform-spec", "aws-spec"]
-KUBERNETES_RENDERS = ["dev", "prod", "platform-spec"]
+RENDERS = ["dev", "prod", "karpenter", "platform-spec", "aws-spec"]
+KUBERNETES_RENDERS = ["dev", "prod", "karpenter", "platform-spec"]
 
 
 # --- CEL -------------------------------------------------------------------------------------------------------
@@ -406,43 +405,6 @@ def test_shellcheck_and_the_script_finder_see_every_place_a_script_hides(tmp_pat
 
 
 # --- parliament --------------------------------------------------------------------------------------------------
-
-# Parliament lints identity and resource policies, and requires a Resource in each statement; a role's trust policy
-# has none (duo-labs/parliament issue #229), so it is linted with the role itself as the resource it guards.
-TRUST_POLICY_ROLE_ARN = "arn:aws:iam::123456789012:role/{name}"
-# Allowed findings, each narrowly: CREDENTIALS_EXPOSURE (community auditor credentials_exposure.py) flags
-# sts:AssumeRole because it hands out credentials - which is what a trust policy's statement exists to allow.
-JUSTIFIED = {("CREDENTIALS_EXPOSURE", "trust", ("sts:assumerole",))}
-
-
-@functools.cache
-def _with_community_auditors() -> None:
-    """Load the community auditors' finding definitions, as `parliament --include-community-auditors` does."""
-    override_config(str(Path(parliament.__file__).with_name("community_auditors") / "config_override.yaml"))
-
-
-def parliament_findings(documents) -> list[str]:
-    _with_community_auditors()
-    findings = []
-    for found in documents:
-        document = copy.deepcopy(found.document)
-        kind = "permissions"
-        if found.trust_policy_of is not None:
-            kind = "trust"
-            statements = document["Statement"]
-            for statement in statements if isinstance(statements, list) else [statements]:
-                statement.setdefault("Resource", TRUST_POLICY_ROLE_ARN.format(name=found.trust_policy_of))
-        policy = analyze_policy_string(json.dumps(document), include_community_auditors=True)
-        for finding in policy.findings:
-            finding = enhance_finding(finding)
-            where = finding.location if isinstance(finding.location, dict) else {}
-            actions = tuple(sorted(where.get("actions", ())))
-            if (finding.issue, kind, actions) in JUSTIFIED:
-                continue
-            detail = finding.detail or {k: v for k, v in where.items() if k != "filepath"}
-            findings.append(f"{found.where}: {finding.issue} ({finding.severity}): {finding.title}: {detail}")
-    return findings
-
 
 @pytest.mark.parametrize("name", RENDERS)
 def test_every_iam_policy_document_passes_parliament(renders, name):

@@ -19,6 +19,7 @@ from inferstack.aws.cluster import (
     existing_cluster_ref,
     kubeconfig_yaml,
 )
+from inferstack.aws.karpenter import KarpenterAws, KarpenterAwsArgs
 from inferstack.aws.network import Network, NetworkArgs, existing_subnets_in_zones
 from inferstack.aws.node_template import TAINT_TAG
 from inferstack.aws.node_pool import RESOURCE_SUFFIXES, GpuNodePool, GpuNodePoolArgs, autoscaler_tags
@@ -29,7 +30,8 @@ from inferstack.spec.pools import PoolHardware
 
 # Name segments of the stack-wide resources (`<environment>-<segment>...`); pools may not reuse them.
 PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES = "aws", "network", "eks", "node-role", "weights", "kubernetes"
-STACK_SEGMENTS = (PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES)
+KARPENTER = "karpenter"
+STACK_SEGMENTS = (PROVIDER, NETWORK, EKS, NODE_ROLE, WEIGHTS, KUBERNETES, KARPENTER)
 # Pulumi autonames a resource '<logical name>-' plus 7 random hex characters (pulumi.com/docs, "Resource names >
 # Autonaming"), and the AWS provider refuses the name when that exceeds the field's limit: an IAM role's `name` is
 # AutoName("name", 64, "-") (pulumi/pulumi-aws@00ba5ea53c2548fd367776345b7c52f191ce1372:provider/resources.go,
@@ -58,6 +60,8 @@ def iam_role_names(env: str) -> tuple[str, ...]:
         f"{env}-{WEIGHTS}-{READER_ROLE}",
         f"{env}-{WEIGHTS}-{BATCH_ROLE}",
         f"{env}-{AUTOSCALER_ROLE}",
+        f"{env}-{KARPENTER}-controller",
+        f"{env}-{KARPENTER}-{NODE_ROLE}",
     )
 
 
@@ -152,6 +156,7 @@ class AwsFoundation(pulumi.ComponentResource):
     kubernetes_provider: pulumi.ProviderResource  # a pulumi_kubernetes.Provider for this cluster
     aws_provider: pulumi.ProviderResource  # region and default tags from the spec, for layers that add AWS resources
     pod_identities: dict[tuple[str, str], pulumi.Resource]  # (namespace, service account) -> Pod Identity association
+    karpenter: KarpenterAws | None  # the controller's identity, its nodes' role and the interruption queue
 
     def __init__(self, name: str, args: AwsFoundationArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         spec = args.spec
@@ -219,6 +224,7 @@ class AwsFoundation(pulumi.ComponentResource):
                 )
 
         self.node_pools = {}
+        karpenter = spec.platform.node_autoscaler == "karpenter"
         for i, pool in enumerate(spec.node_pools):
             if network is not None:
                 subnets: pulumi.Input = network.subnets_for(pool.availability_zones)
@@ -235,6 +241,27 @@ class AwsFoundation(pulumi.ComponentResource):
                     node_role_arn=node_role.arn,
                     tags=spec.tags,
                     depends_on=[*node_role_attachments, *ref.node_prerequisites],
+                    managed_node_groups=not karpenter,
+                ),
+                opts=child,
+            )
+        self.karpenter = None
+        if karpenter:
+            # Its own node role: EKS gives a managed node group's role (the system nodes') an access entry itself,
+            # and one role can be in one entry only (shared/reference/karpenter.md 7.2).
+            karpenter_node_role, _ = policies.service_role(
+                f"{name}-{KARPENTER}-{NODE_ROLE}",
+                service="ec2.amazonaws.com",
+                managed_policies=policies.NODE_POLICIES,
+                partition=partition,
+                description=f"Karpenter's nodes of {spec.cluster_name}",
+                parent=self,
+            )
+            self.karpenter = KarpenterAws(
+                f"{name}-{KARPENTER}",
+                KarpenterAwsArgs(
+                    cluster=ref, node_role_arn=karpenter_node_role.arn, node_role_name=karpenter_node_role.name,
+                    partition=partition, region=spec.region, environment=spec.environment,
                 ),
                 opts=child,
             )

@@ -185,12 +185,18 @@ class GpuNodePoolArgs:
     tags: Mapping[str, str]
     # What nodes need before they can join: core add-ons, the node role's policies.
     depends_on: Sequence[pulumi.Resource] = ()
+    # False under Karpenter: only the pool's EFA network is made here, Karpenter launches the nodes.
+    managed_node_groups: bool = True
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    """The node groups of one GPU pool behind a launch template that carries EFA, placement and NVMe setup."""
+    """The node groups of one GPU pool behind a launch template that carries EFA, placement and NVMe setup;
+    under Karpenter only its EFA security group and placement group, which Karpenter's EC2NodeClass selects."""
 
     node_groups: list[eks.NodeGroup]
+    subnet_ids: Sequence[pulumi.Input[str]] | pulumi.Output[list[str]]
+    security_group_ids: list[pulumi.Input[str]]   # the cluster's group, and the pool's EFA group
+    placement_group_name: pulumi.Input[str] | None
     node_group_names: pulumi.Output[list[str]]
     node_group_arns: pulumi.Output[list[str]]
     advertised: dict[str, int]  # extended resources per node, e.g. {'nvidia.com/gpu': 8}
@@ -209,6 +215,9 @@ class GpuNodePool(pulumi.ComponentResource):
 
         network_interfaces = None
         placement = None
+        self.subnet_ids = args.subnet_ids
+        self.security_group_ids = [args.cluster.security_group_id]
+        self.placement_group_name = None
         if pool.efa.enabled:
             efa_group = ec2.SecurityGroup(
                 f"{name}-{EFA_SECURITY_GROUP}",
@@ -235,6 +244,7 @@ class GpuNodePool(pulumi.ComponentResource):
             )
             # Custom security groups replace EKS's default, so the cluster's own group is added back.
             groups = [args.cluster.security_group_id, efa_group.id]
+            self.security_group_ids = groups
             network_interfaces = [
                 ec2.LaunchTemplateNetworkInterfaceArgs(
                     network_card_index=card,
@@ -252,12 +262,13 @@ class GpuNodePool(pulumi.ComponentResource):
                 ).name
             if group_name is not None:
                 placement = ec2.LaunchTemplatePlacementArgs(group_name=group_name)
+            self.placement_group_name = group_name
 
         user_data = None
         if pool.nvme_cache.enabled:
             user_data = base64.b64encode(render_user_data(pool.nvme_cache.raid).encode()).decode()
 
-        plans = plan_node_groups(pool)
+        plans = plan_node_groups(pool) if args.managed_node_groups else []
 
         def launch_template(suffix: str, reservation: Reservation | None, instance_type: str | None) -> ec2.LaunchTemplate:
             """Only what the nodes are made of: every input here is part of the template version."""

@@ -62,6 +62,8 @@ class PlanMocks(Mocks):
             "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": self._bucket_setting,
             "aws:s3/bucketVersioning:BucketVersioning": self._bucket_setting,
             "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": self._bucket_setting,
+            "aws:sqs/queue:Queue": self._queue,
+            "aws:cloudwatch/eventRule:EventRule": self._event_rule,
         }
         self._calls: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "aws:index/getCallerIdentity:getCallerIdentity": lambda _: {
@@ -94,6 +96,19 @@ class PlanMocks(Mocks):
     def _arn(self, service: str, resource: str, region: bool = True) -> str:
         where = self.region if region else ""
         return f"arn:{PARTITION}:{service}:{where}:{ACCOUNT_ID}:{resource}"
+
+    def _queue(self, name: str, state: dict[str, Any]):
+        """SQS: a queue's id is its URL; its name is the one given, else a generated one."""
+        queue = state.get("name") or f"{name}-{_hex(name, 7)}"
+        url = f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT_ID}/{queue}"
+        state.update(name=queue, url=url, arn=self._arn("sqs", queue))
+        return url, state
+
+    def _event_rule(self, name: str, state: dict[str, Any]):
+        """EventBridge: a rule's id is its name (on the default event bus)."""
+        rule = state.get("name") or f"{name}-{_hex(name, 7)}"
+        state.update(name=rule, arn=self._arn("events", f"rule/{rule}"))
+        return rule, state
 
     def _prefixed(self, prefix: str, arn: bool = True):
         """EC2 ids are '<prefix>-<17 hex>'; `arn` for the types whose schema has one (a NAT gateway has none)."""

@@ -29,6 +29,8 @@ CRD_INSTALLERS: Mapping[str, str] = {
     "nvidia.com": "gpu-operator",
     "agentgateway.dev": "agentgateway-crds",
     "networking.istio.io": "base",
+    "karpenter.sh": "karpenter-crd",
+    "karpenter.k8s.aws": "karpenter-crd",
 }
 # Releases that need other installers first: a gateway controller watches Istio's and the Gateway API's
 # kinds from its start, and Istio config (body-based routing's EnvoyFilter) passes istiod's webhook.
@@ -36,6 +38,8 @@ RELEASE_NEEDS: Mapping[str, frozenset[str]] = {
     "istiod": frozenset({"base", "gateway-api", "gateway-api-inference-extension"}),
     "agentgateway": frozenset({"agentgateway-crds", "gateway-api", "gateway-api-inference-extension"}),
     "body-based-routing": frozenset({"istiod"}),
+    # The controller chart installs its CRDs only on a first install; the CRD chart keeps them current.
+    "karpenter": frozenset({"karpenter-crd"}),
 }
 # GatewayClass -> the release whose controller creates it.
 GATEWAY_CLASS_CONTROLLERS: Mapping[str, str] = {"istio": "istiod", "agentgateway": "agentgateway"}

@@ -6,7 +6,10 @@ the Auto Scaling group's Capacity Rebalancing: on a recommendation it launches t
 once that node is Ready, cordons and drains the old one; a notice that comes first starts the drain at
 once (EKS User Guide, "Managed node groups", Spot capacity type). A drained pod gets its
 terminationGracePeriodSeconds, which includes its preStop hook (Kubernetes "Pod Lifecycle", Termination
-of Pods), so a serving pod stops in time when that period fits inside the notice.
+of Pods), so a serving pod stops in time when that period fits inside the notice. Under Karpenter its SQS
+interruption queue receives the notices (and rebalance, state-change, scheduled-change and capacity-reservation
+interruption events) from EventBridge; it taints and drains the node and launches the replacement at once
+(shared/reference/karpenter.md section 6).
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ SPOT_NOTICE_SECONDS = 120
 PRE_STOP_SECONDS = 15
 TERMINATION_GRACE_SECONDS = 90
 SPOT = "SPOT"
+HANDLED_BY = {
+    "karpenter": "Karpenter: EventBridge sends the notice to its SQS interruption queue; it taints and drains the node "
+                 "and launches the replacement at once",
+    "managed node groups": "EKS managed node groups: Capacity Rebalancing on spot groups, a drain on the rebalance "
+                           "recommendation once the replacement is Ready, or at the two-minute notice",
+}
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,7 @@ def interruption_plan(spec: StackSpec) -> dict:
     return {
         "spot_pools": spot,
         "services_on_spot": [m.name for m in spec.models if m.pool in spot],
-        "handled_by": "EKS managed node groups: Capacity Rebalancing on spot groups, a drain on the rebalance "
-                      "recommendation once the replacement is Ready, or at the two-minute notice",
+        "handled_by": HANDLED_BY["karpenter" if spec.platform.node_autoscaler == "karpenter" else "managed node groups"],
         "notice_seconds": budget.notice_seconds,
         "pre_stop_seconds": budget.pre_stop_seconds,
         "grace_seconds": budget.grace_seconds,

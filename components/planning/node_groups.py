@@ -89,6 +89,11 @@ def on_demand_nodes_at_min(pool: NodePoolSpec) -> int:
     return sum(g.min_size for g in plan_node_groups(pool) if g.capacity_type != SPOT)
 
 
+def on_demand_node_limit(pool: NodePoolSpec) -> int:
+    """On-demand (and reserved) nodes the pool may run at most: what Karpenter's non-spot NodePools are limited to."""
+    return sum(g.max_size for g in plan_node_groups(pool) if g.capacity_type != SPOT)
+
+
 def nodes_at(pool: NodePoolSpec, nodes: int) -> tuple[int, int]:
     """(never-reclaimed, spot) nodes when the pool runs `nodes` of them: the groups fill in order, the
     baseline first."""
@@ -102,6 +107,15 @@ def nodes_at(pool: NodePoolSpec, nodes: int) -> tuple[int, int]:
         else:
             on_demand += taken
     return on_demand, spot
+
+
+def max_nodes_by_capacity_label(pool: NodePoolSpec) -> dict[str, int]:
+    """The pool's nodes at max size per capacity label (on-demand | reserved | spot), which is also the capacity
+    type Karpenter labels its nodes with (karpenter.sh/capacity-type), baseline first."""
+    nodes: dict[str, int] = {}
+    for group in plan_node_groups(pool):
+        nodes[group.capacity_label] = nodes.get(group.capacity_label, 0) + group.max_size
+    return nodes
 
 
 def max_nodes_by_capacity_type(pool: NodePoolSpec) -> dict[str, int]:

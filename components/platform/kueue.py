@@ -25,7 +25,7 @@ from pulumi_kubernetes.helm.v3 import Release
 from inferstack.catalog.charts import chart
 from inferstack.conventions import EKS_CAPACITY_LABEL, POOL_LABEL
 from inferstack.helm import helm_release
-from inferstack.planning.node_groups import max_nodes_by_capacity_type
+from inferstack.planning.node_groups import max_nodes_by_capacity_label, max_nodes_by_capacity_type
 from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_nodes import dump_yaml, gpu_tolerations
 from inferstack.spec import ClusterQueueSpec, NodePoolSpec, PriorityClassSpec, StackSpec
@@ -41,6 +41,9 @@ UNQUOTAED_RESOURCES = ["cpu", "memory", "ephemeral-storage", "hugepages-"]
 FAIR_SHARING_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
 KUBERNETES_PROVIDER_VERSION = version("pulumi-kubernetes")  # the plugin a raw Kubernetes resource runs on
 CAPACITY_SUFFIX = {"ON_DEMAND": "on-demand", "CAPACITY_BLOCK": "capacity-block", "SPOT": "spot"}
+# Karpenter's nodes carry no EKS capacityType label; they carry karpenter.sh/capacity-type (on-demand | reserved |
+# spot: shared/reference/karpenter.md 4.1), which equals the pool's capacity label of each node group plan.
+KARPENTER_CAPACITY_LABEL = "karpenter.sh/capacity-type"
 
 
 @dataclass(frozen=True)
@@ -48,30 +51,43 @@ class Flavor:
     """One pool's nodes of one EKS capacity type, and what they hold at the pool's max size."""
 
     pool: NodePoolSpec
-    capacity_type: str  # EKS capacityType label value: ON_DEMAND | CAPACITY_BLOCK | SPOT
+    capacity_type: str  # the value of capacity_label on its nodes: ON_DEMAND | CAPACITY_BLOCK | SPOT (EKS), or
+                        # on-demand | reserved | spot (Karpenter)
     resources: dict[str, int]  # resource -> units on all of this flavor's nodes
+    capacity_label: str = EKS_CAPACITY_LABEL
 
     @property
     def name(self) -> str:
-        return f"{self.pool.name}-{CAPACITY_SUFFIX[self.capacity_type]}"
+        return f"{self.pool.name}-{CAPACITY_SUFFIX.get(self.capacity_type, self.capacity_type)}"
+
+    @property
+    def is_spot(self) -> bool:
+        return self.capacity_type in ("SPOT", "spot")
 
 
-def pool_flavors(pool: NodePoolSpec) -> list[Flavor]:
+def pool_flavors(pool: NodePoolSpec, karpenter: bool = False) -> list[Flavor]:
     """The pool's capacity types in the order Kueue should try them: serving prefers its on-demand
-    baseline, batch prefers spot. A flavor's nodes are those of the pool's node groups of its capacity type."""
+    baseline, batch prefers spot. A flavor's nodes are those of the pool's node groups (or Karpenter
+    NodePools) of its capacity type."""
     per_node = advertised_per_node(PoolHardware(pool))
+    counts = max_nodes_by_capacity_label(pool) if karpenter else max_nodes_by_capacity_type(pool)
+    label = KARPENTER_CAPACITY_LABEL if karpenter else EKS_CAPACITY_LABEL
     flavors = [
-        Flavor(pool, kind, {name: units * count for name, units in per_node.items()})
-        for kind, count in max_nodes_by_capacity_type(pool).items()
+        Flavor(pool, kind, {name: units * count for name, units in per_node.items()}, label)
+        for kind, count in counts.items()
     ]
     spot_first = pool.role == "batch"
-    return sorted(flavors, key=lambda f: (f.capacity_type == "SPOT") != spot_first)
+    return sorted(flavors, key=lambda f: f.is_spot != spot_first)
+
+
+def stack_flavors(spec: StackSpec, pool: NodePoolSpec) -> list[Flavor]:
+    return pool_flavors(pool, karpenter=spec.platform.node_autoscaler == "karpenter")
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:
     """ResourceFlavor spec: Kueue adds these node labels and tolerations to the pods it admits on it."""
     return {
-        "nodeLabels": {POOL_LABEL: flavor.pool.name, EKS_CAPACITY_LABEL: flavor.capacity_type},
+        "nodeLabels": {POOL_LABEL: flavor.pool.name, flavor.capacity_label: flavor.capacity_type},
         "tolerations": gpu_tolerations([flavor.pool]),
     }
 
@@ -120,7 +136,7 @@ def role_namespace(spec: StackSpec, role: str) -> str:
 def cluster_queue(spec: StackSpec, queue: ClusterQueueSpec) -> dict[str, Any]:
     """ClusterQueue spec: one resource group over every resource of every pool, own flavors first."""
     owned = owned_pools(spec, queue)
-    flavors_by_pool = {p.name: pool_flavors(p) for p in spec.node_pools}
+    flavors_by_pool = {p.name: stack_flavors(spec, p) for p in spec.node_pools}
     order = owned + [p.name for p in spec.node_pools if p.name not in owned]
     covered = sorted({name for flavors in flavors_by_pool.values() for f in flavors for name in f.resources})
     flavor_entries = []
@@ -221,7 +237,7 @@ class Kueue(pulumi.ComponentResource):
         self.flavors = {
             f.name: self._object("ResourceFlavor", f.name, resource_flavor(f))
             for pool in spec.node_pools
-            for f in pool_flavors(pool)
+            for f in stack_flavors(spec, pool)
         }
         self.cohort = self._object("Cohort", spec.queues.cohort, {})
         self.cluster_queues = {

@@ -19,6 +19,7 @@ from inferstack.platform.autoscaler import ClusterAutoscaler, ClusterAutoscalerA
 from inferstack.platform.efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_pools
 from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_operator import GpuOperator, GpuOperatorArgs
+from inferstack.platform.karpenter import Karpenter, KarpenterArgs
 from inferstack.platform.keda import Keda, KedaArgs
 from inferstack.platform.kueue import Kueue, KueueArgs
 from inferstack.platform.lws import LeaderWorkerSet, LeaderWorkerSetArgs
@@ -34,6 +35,8 @@ class ClusterPlatformArgs:
     cluster_name: pulumi.Input[str]
     # The GPU node groups: the GPU operator's and EFA device plugin's DaemonSets run on them.
     node_pool_dependencies: Sequence[pulumi.Resource] = ()
+    # Under platform.node_autoscaler 'karpenter': what the controller and its node objects are built from.
+    karpenter: KarpenterArgs | None = None
 
 
 class ClusterPlatform(pulumi.ComponentResource):
@@ -76,6 +79,8 @@ class ClusterPlatform(pulumi.ComponentResource):
             ClusterAutoscaler(
                 f"{name}-autoscaler", ClusterAutoscalerArgs(spec, args.cluster_name), child
             )
+        if args.karpenter is not None:
+            Karpenter(f"{name}-karpenter", args.karpenter, child)
         self.advertised = {pool.name: advertised_per_node(PoolHardware(pool)) for pool in spec.node_pools}
         self.register_outputs(
             {

@@ -198,10 +198,26 @@ def rolling_node_groups(changes: dict[str, Any], after: list[dict[str, Any]]) ->
     return rolls
 
 
-def downtime(changes: dict[str, Any], before: list[dict[str, Any]], rolls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Services that stop serving during the change: a single-replica vLLM workload whose pod template
-    changes or that is replaced, and the vLLM workloads on a GPU node group that is replaced."""
+def _removed_gpu_pools(changes: dict[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]]) -> set[str]:
+    """Pools whose GPU node groups are all deleted (moving the pool to Karpenter): EKS drains their nodes, and each
+    pod starts again, model load included, on a node the new provider launches."""
     old = {_key(r): r for r in before}
+    remaining = {(r["inputs"].get("labels") or {}).get(POOL_LABEL) for r in after if r["type"] == NODE_GROUP}
+    deleted = {
+        (old[(c["type"], c["name"])]["inputs"].get("labels") or {}).get(POOL_LABEL)
+        for c in changes["deleted"] if c["type"] == NODE_GROUP and is_gpu_node_group(old[(c["type"], c["name"])])
+    }
+    return deleted - remaining - {None}
+
+
+def downtime(
+    changes: dict[str, Any], before: list[dict[str, Any]], rolls: list[dict[str, Any]], after: list[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """Services that stop serving during the change: a single-replica vLLM workload whose pod template
+    changes or that is replaced, the vLLM workloads on a GPU node group that is replaced, and single-replica ones
+    on a pool whose node groups are deleted."""
+    old = {_key(r): r for r in before}
+    moved_pools = _removed_gpu_pools(changes, before, list(after))
     touched = {(c["type"], c["name"]): c for c in changes["updated"] + changes["replaced"]}
     replaced_gpu_pools = {
         (old[(NODE_GROUP, r["name"])]["inputs"].get("labels") or {}).get(POOL_LABEL)
@@ -222,6 +238,9 @@ def downtime(changes: dict[str, Any], before: list[dict[str, Any]], rolls: list[
             services.append({"name": resource["name"], "why": "pod template changes while it runs one replica"})
         elif pool is not None and pool in replaced_gpu_pools:
             services.append({"name": resource["name"], "why": f"its GPU node group (pool {pool}) is replaced"})
+        elif pool is not None and pool in moved_pools and spec.get("replicas") == 1:
+            services.append({"name": resource["name"], "why": f"pool {pool}'s node groups are deleted: its one replica "
+                             "moves to a new node and loads its model again"})
     return services
 
 
@@ -254,7 +273,7 @@ def diff(
 ) -> dict[str, Any]:
     changes = compare_resources(before[0], after[0])
     rolls = rolling_node_groups(changes, after[0])
-    down = downtime(changes, before[0], rolls)
+    down = downtime(changes, before[0], rolls, after[0])
     new = {_key(r): r for r in after[0]}
     blocking = [
         c for c in changes["replaced"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Mapping
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.engine.recorder import Recording
@@ -38,7 +38,10 @@ def layers(recording: Recording) -> dict[str, dict[str, int]]:
 
 
 def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
+    from inferstack.platform.karpenter_pools import disruption_summary
+
     costs = {c.pool: c for c in stack_costs(spec)}
+    karpenter = spec.platform.node_autoscaler == "karpenter"
     rows = []
     for pool in spec.node_pools:
         hardware = PoolHardware(pool)
@@ -80,6 +83,9 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                 "nodes_for_min_replicas": nodes_for_replicas(
                     [(m, m.autoscaling.min_replicas) for m in spec.models if m.pool == pool.name], hardware
                 ),
+                # How Karpenter may take the pool's nodes away (consolidation, drift window, expiry); None for
+                # node groups, which change only on updates (see rollouts).
+                "karpenter_disruption": disruption_summary(pool, spec.platform.maintenance_window) if karpenter else None,
             }
         )
     return rows
@@ -263,8 +269,18 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
 
 # Charts of the releases a pod of a model waits for once it exists (dependency_rule.installer names them).
 GPU_OPERATOR, EFA_PLUGIN, CLUSTER_AUTOSCALER = "gpu-operator", "aws-efa-k8s-device-plugin", "cluster-autoscaler"
+KARPENTER = "karpenter"
+# What holds a pool's nodes: its managed node groups, or under Karpenter its NodePools (labelled alike).
+POOL_NODE_TYPES = ("aws:eks/nodeGroup:NodeGroup", "kubernetes:karpenter.sh/v1:NodePool")
 WORKLOAD_TYPES = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
 REPLICA_TYPE = "inferstack:serving:FirstReplica"   # not a resource: the moment a model's first replica is ready
+
+
+def _pool_label(resource: Mapping[str, Any]) -> str | None:
+    """The pool a node group (its labels) or a Karpenter NodePool (its node template's labels) holds nodes for."""
+    inputs = resource["inputs"]
+    labels = inputs.get("labels") or ((inputs.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels")
+    return (labels or {}).get(POOL_LABEL)
 
 
 def graph_resources(recording: Recording) -> list[dict[str, Any]]:
@@ -284,6 +300,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     from inferstack.planning.sizing import checkpoint_bytes
 
     resources = graph_resources(recording)
+    karpenter = spec.platform.node_autoscaler == KARPENTER
     by_chart: dict[str, str] = {}
     workloads: dict[tuple[str | None, str | None], str] = {}
     pool_groups: dict[str, list[str]] = defaultdict(list)
@@ -297,8 +314,8 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         if r["type"] in WORKLOAD_TYPES:
             metadata = inputs.get("metadata") or {}
             workloads[(metadata.get("namespace"), metadata.get("name"))] = r["name"]
-        elif r["type"] == "aws:eks/nodeGroup:NodeGroup" and (inputs.get("labels") or {}).get(POOL_LABEL):
-            pool_groups[inputs["labels"][POOL_LABEL]].append(r["name"])
+        elif r["type"] in POOL_NODE_TYPES and (pool_label := _pool_label(r)):
+            pool_groups[pool_label].append(r["name"])
         elif r["type"] == "kubernetes:keda.sh/v1alpha1:ScaledObject":
             scalers[((inputs.get("spec") or {}).get("scaleTargetRef") or {}).get("name", "")] = r["name"]
         elif r["type"] == "aws:eks/podIdentityAssociation:PodIdentityAssociation" and (
@@ -318,10 +335,11 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         if target is None:
             continue
         pool = spec.pool(model.pool)
-        scale_up = model.name in scaled
+        # Karpenter keeps no node running: every first replica waits for one it launches.
+        scale_up = karpenter or model.name in scaled
         waits = [*pool_groups[model.pool], by_chart.get(GPU_OPERATOR), *readers]
         waits += [by_chart.get(EFA_PLUGIN)] if PoolHardware(pool).efa_interfaces else []
-        waits += [by_chart.get(CLUSTER_AUTOSCALER)] if scale_up else []
+        waits += [by_chart.get(KARPENTER if karpenter else CLUSTER_AUTOSCALER)] if scale_up else []
         waits += [scalers.get(names.workload(model))] if model.autoscaling.min_replicas == 0 else []
         # The first replica is its own node of the graph: it follows the workload's creation and those waits.
         replica = f"{model.name}: first ready replica"

@@ -98,6 +98,19 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
         )
     console.print(pools)
     for pool in plan["node_pools"]:
+        if (disruption := pool.get("karpenter_disruption")) is not None:
+            budgets = disruption["budgets"]
+            limits = budgets if isinstance(budgets, str) else "; ".join(
+                f"{b['nodes']} node(s)" + (f" for {', '.join(b['reasons'])}" if b.get("reasons") else "")
+                + (f" from {b['schedule']} for {b['duration']}" if b.get("schedule") else "") for b in budgets
+            )
+            console.print(
+                f"  {pool['name']}: Karpenter consolidates {disruption['consolidation_policy']} after "
+                f"{disruption['consolidate_after']}, disruption budgets {limits}; nodes expire after "
+                f"{disruption['expire_after']} (drain up to {disruption['termination_grace_period']})",
+                highlight=False, soft_wrap=True,
+            )
+    for pool in plan["node_pools"]:
         at_min = pool["at_scale"]["min"]["on_demand_nodes"] + pool["at_scale"]["min"]["spot_nodes"]
         if pool["nodes_for_min_replicas"] > at_min:
             console.print(

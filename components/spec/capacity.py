@@ -7,6 +7,9 @@ Two rules, both knowable from the spec alone:
   on the rendered node groups).
 - With no node autoscaler a managed node group stays at its desired size, which inferstack sets to its
   minimum: a pool at zero nodes never gets one, and whatever it is meant to run stays pending.
+- Karpenter keeps no idle node (a NodePool launches nodes for pending pods, up to its limit), so a pool's
+  min_nodes would never hold, and an online service's minimum replicas must fit the pool's on-demand and
+  reserved NodePools' node limits (shared/reference/karpenter.md sections 4.1 and 5).
 The spec keeps the rules; the counts are planning's (`planning.node_groups`, `planning.pool_capacity`), the
 same the AWS layer sizes its node groups with and the plan reports.
 """
@@ -23,7 +26,21 @@ from inferstack.spec.pools import PoolHardware
 def check_minimum_capacity(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
     if spec.platform.node_autoscaler == "none":
         _check_pools_start_nodes(spec, pools)
+    if spec.platform.node_autoscaler == "karpenter":
+        _check_no_idle_nodes(spec)
     _check_online_baseline(spec, models, pools)
+
+
+def _check_no_idle_nodes(spec: StackSpec) -> None:
+    for index, pool in enumerate(spec.node_pools):
+        if pool.min_nodes > 0:
+            raise SpecError(
+                f"node_pools[{index}].min_nodes",
+                f"{pool.min_nodes} with platform.node_autoscaler 'karpenter': Karpenter launches nodes for pending "
+                "pods and removes empty ones, so no minimum of idle nodes is kept",
+                "set min_nodes to 0: the services' autoscaling.min_replicas keep their nodes running, and "
+                "capacity.on_demand_base says how many of them are on-demand",
+            )
 
 
 def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) -> None:
@@ -43,8 +60,10 @@ def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) ->
 
 def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
     """Each pool's on-demand nodes at minimum hold the minimum replicas of every online service on it."""
-    from inferstack.planning.node_groups import on_demand_nodes_at_min  # planning reads the spec package
+    from inferstack.planning.node_groups import on_demand_node_limit, on_demand_nodes_at_min  # planning reads the spec
     from inferstack.planning.pool_capacity import nodes_for_replicas
+
+    karpenter = spec.platform.node_autoscaler == "karpenter"
 
     online: dict[str, list[tuple[ModelServiceSpec, int]]] = defaultdict(list)
     for model in models:
@@ -55,20 +74,23 @@ def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...]
         if not services:
             continue
         hardware = pools[pool.name]
-        needed, held = nodes_for_replicas(services, hardware), on_demand_nodes_at_min(pool)
+        needed = nodes_for_replicas(services, hardware)
+        held = on_demand_node_limit(pool) if karpenter else on_demand_nodes_at_min(pool)
         if needed <= held:
             continue
         listed = ", ".join(f"{m.name} ({n} replica{'s' if n > 1 else ''})" for m, n in services)
         # With spot above the baseline only on_demand_base buys on-demand nodes; without spot min_nodes does.
-        field = "capacity.on_demand_base" if pool.capacity.spot else "min_nodes"
+        field = "capacity.on_demand_base" if pool.capacity.spot else ("max_nodes" if karpenter else "min_nodes")
         rest = (
             "the rest would run on spot, which is reclaimed all at once"
             if pool.capacity.spot
             else "the rest would wait for the autoscaler to add nodes and for the model to load"
         )
+        keeps = "may launch" if karpenter else "keeps"
+        scale = "in its on-demand NodePools" if karpenter else "at minimum scale"
         raise SpecError(
             f"node_pools[{index}].{field}",
-            f"pool {pool.name!r} keeps {held} on-demand node{'s' if held != 1 else ''} at minimum scale, but the "
+            f"pool {pool.name!r} {keeps} {held} on-demand node{'s' if held != 1 else ''} {scale}, but the "
             f"minimum replicas of its online services {listed} need {needed} node{'s' if needed != 1 else ''} of {hardware.primary.name}: "
             f"{rest}",
             f"raise {field} to {needed}, lower those services' autoscaling.min_replicas, or set their tier to "

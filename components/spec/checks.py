@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
 from inferstack.aws.node_template import GPU_TAINT
 from inferstack.catalog.all2all_backends import ALL2ALL_BACKENDS
+from inferstack.catalog.karpenter import NEWEST_KUBERNETES
 from inferstack.catalog.charts import cluster_autoscaler_image_tags, eks_addon_versions
 from inferstack.catalog.models import MODELS, known_model_ids, model_facts
 from inferstack.catalog.offerings import ec2_instance_types, region_zones, zones_offering
@@ -32,7 +33,7 @@ from inferstack.spec.models import (
     StackSpec,
     TimeSlicing,
 )
-from inferstack.spec.pools import PoolHardware
+from inferstack.spec.pools import WHOLE_GPU, PoolHardware
 
 # Node labels the platform derives from gpu_sharing; a user label would fight the GPU operator.
 RESERVED_LABELS = ("nvidia.com/mig.config", "nvidia.com/device-plugin.config")
@@ -298,6 +299,8 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                     )
     _check_efa(path, hardware)
     _check_nvme(path, hardware)
+    if spec.platform.node_autoscaler == "karpenter":
+        _check_karpenter_pool(path, hardware)
     _check_sharing(path, hardware)
     for key in pool.labels:
         if key in RESERVED_LABELS or key.startswith("inferstack.dev/"):
@@ -338,6 +341,28 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                 )
     _check_offerings(spec, path, pool.instance_types)
     return hardware
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _check_karpenter_pool(path: str, hardware: PoolHardware) -> None:
+    """What Karpenter can launch for: it sizes a node from the instance type's own resources (nvidia.com/gpu),
+    so a pod asking for a MIG profile or a renamed GPU share never gets a node (the resources exist only once the
+    GPU operator runs there; Karpenter's NodeOverlay, which would declare them, is alpha: shared/reference/
+    karpenter.md sections 2 and 5)."""
+    pool = hardware.spec
+    hidden = sorted(set(hardware.resources_per_node) - {WHOLE_GPU})
+    if hidden:
+        raise SpecError(
+            f"{path}.gpu_sharing",
+            f"pool {pool.name!r} advertises {', '.join(hidden)}, which Karpenter cannot see on an instance type "
+            "before the node exists, so pods asking for it would never get a node",
+            "use MIG strategy 'single' (slices advertised as nvidia.com/gpu), time-slicing without renaming, or "
+            "platform.node_autoscaler 'cluster-autoscaler'",
+        )
 
 
 def _cluster_zones(spec: StackSpec) -> list[str] | None:
@@ -528,6 +553,13 @@ def _check_cluster(spec: StackSpec) -> None:
             f"(it has {', '.join(tags)})",
             "use one of those versions, add the image to components/catalog/charts.json, "
             "or set platform.node_autoscaler to 'none'",
+        )
+    if spec.platform.node_autoscaler == "karpenter" and _minor(cluster.kubernetes_version) > _minor(NEWEST_KUBERNETES):
+        raise SpecError(
+            "cluster.kubernetes_version",
+            f"the pinned Karpenter supports Kubernetes up to {NEWEST_KUBERNETES} (its compatibility table, "
+            "shared/reference/karpenter.md section 1)",
+            f"use {NEWEST_KUBERNETES} or older, or pin a newer Karpenter in components/catalog/charts.json",
         )
     for j, zone in enumerate(cluster.network.availability_zones):
         if not zone.startswith(spec.region):

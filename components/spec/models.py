@@ -882,11 +882,26 @@ class WeightsStoreSpec(Model):
     )
 
 
+class MaintenanceWindowSpec(Model):
+    """A daily UTC window for replacing serving nodes that drifted (a new AMI pin or Kubernetes version)."""
+
+    start_hour_utc: int = Field(2, ge=0, le=23, description="Hour (UTC) the window opens. Defaults to 2.")
+    hours: int = Field(4, ge=1, le=23, description="Length of the window in hours. Defaults to 4.")
+
+
 class PlatformSpec(Model):
     """Cluster add-ons beyond the GPU operator."""
 
-    node_autoscaler: Literal["cluster-autoscaler", "none"] = Field(
-        "cluster-autoscaler", description="Scales node groups for pending pods. Defaults to cluster-autoscaler."
+    node_autoscaler: Literal["cluster-autoscaler", "karpenter", "none"] = Field(
+        "cluster-autoscaler",
+        description="What adds GPU nodes for pending pods: cluster-autoscaler (EKS managed node groups per pool and "
+        "capacity type), karpenter (a Karpenter NodePool per pool and capacity type, nodes launched by Karpenter), "
+        "or none (fixed node groups). Defaults to cluster-autoscaler.",
+    )
+    maintenance_window: MaintenanceWindowSpec = Field(
+        default_factory=MaintenanceWindowSpec,
+        description="Under Karpenter, when serving nodes may be replaced for drift, one at a time. Defaults to "
+        "02:00-06:00 UTC.",
     )
     keda: bool = Field(True, description="Install KEDA for model and worker autoscaling. Defaults to true.")
     leaderworkerset: bool = Field(True, description="Install LeaderWorkerSet for multi-node models. Defaults to true.")

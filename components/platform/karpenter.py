@@ -1,0 +1,126 @@
+"""Karpenter: launches GPU nodes for pending pods from one EC2NodeClass and a NodePool per capacity type of each pool.
+
+The CRD chart is installed (and upgraded) beside the controller, as the Karpenter docs advise: the controller
+chart installs its CRDs only on the first install (shared/reference/karpenter.md section 1). The controller
+runs on the system node group (the chart's affinity keeps it off Karpenter's own nodes), takes AWS
+credentials through the Pod Identity association the AWS layer made, and reads the interruption queue
+the AWS layer wired to EventBridge. The node objects come from `karpenter_pools`, the same pool spec the
+managed-node-group mode builds node groups from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_kubernetes.apiextensions import CustomResource
+
+from inferstack.catalog.charts import chart
+from inferstack.conventions import KARPENTER_SERVICE_ACCOUNT as SERVICE_ACCOUNT
+from inferstack.helm import helm_release
+from inferstack.platform.karpenter_pools import ec2_node_class, node_pools
+from inferstack.spec import StackSpec
+
+CHART, CRD_CHART = "karpenter", "karpenter-crd"
+
+
+@dataclass(frozen=True)
+class KarpenterPoolNetwork:
+    """Where a pool's nodes go: its subnets, security groups and (EFA) cluster placement group."""
+
+    subnet_ids: pulumi.Input[Sequence[str]]
+    security_group_ids: Sequence[pulumi.Input[str]]
+    placement_group_name: pulumi.Input[str] | None = None
+
+
+@dataclass(frozen=True)
+class KarpenterArgs:
+    spec: StackSpec
+    cluster_name: pulumi.Input[str]
+    node_role_name: pulumi.Input[str]
+    interruption_queue_name: pulumi.Input[str]
+    networks: Mapping[str, KarpenterPoolNetwork]  # by pool name
+    depends_on: Sequence[pulumi.Resource] = ()   # the controller's Pod Identity association
+
+
+def controller_values(spec: StackSpec, cluster_name: pulumi.Input[str], queue_name: pulumi.Input[str]) -> dict[str, Any]:
+    """Chart values: the cluster, the interruption queue, the pinned image, and node repair when a pool asks for it
+    (Karpenter's NodeRepair gate, section 8: force-replaces a node whose AcceleratedHardwareReady stays False 10 min)."""
+    image, digest = chart(CHART).extra["image"].split("@")
+    repository, tag = image.rsplit(":", 1)
+    return {
+        "settings": {
+            "clusterName": cluster_name,
+            "interruptionQueue": queue_name,
+            "featureGates": {"nodeRepair": any(pool.auto_repair for pool in spec.node_pools)},
+        },
+        "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT},
+        "controller": {
+            "image": {"repository": repository, "tag": tag, "digest": digest},
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        },
+    }
+
+
+class Karpenter(pulumi.ComponentResource):
+    """The CRD chart, the controller chart, and per pool an EC2NodeClass and its NodePools."""
+
+    node_classes: dict[str, CustomResource]
+    node_pools: dict[str, list[CustomResource]]
+
+    def __init__(self, name: str, args: KarpenterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("inferstack:platform:Karpenter", name, None, opts)
+        spec = args.spec
+        namespace = chart(CHART).namespace
+        crds = helm_release(
+            f"{name}-crds", CRD_CHART, namespace=namespace, values={}, opts=pulumi.ResourceOptions(parent=self)
+        )
+        controller = helm_release(
+            f"{name}-release",
+            CHART,
+            namespace=namespace,
+            values=controller_values(spec, args.cluster_name, args.interruption_queue_name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[crds, *args.depends_on]),
+        )
+        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[crds])
+        self.node_classes, self.node_pools = {}, {}
+        for pool in spec.node_pools:
+            network = args.networks[pool.name]
+            node_class = ec2_node_class(
+                pool,
+                environment=spec.environment,
+                node_role_name=args.node_role_name,
+                subnet_ids=network.subnet_ids,
+                security_group_ids=list(network.security_group_ids),
+                placement_group_name=network.placement_group_name,
+                tags=dict(spec.tags),
+            )
+            self.node_classes[pool.name] = self._object(f"{name}-{pool.name}-nodeclass", node_class, after_crds)
+            self.node_pools[pool.name] = [
+                self._object(f"{name}-{body['metadata']['name']}", body, after_crds)
+                for body in node_pools(
+                    pool, environment=spec.environment, node_class_name=node_class["metadata"]["name"],
+                    maintenance_window=spec.platform.maintenance_window,
+                )
+            ]
+        self.release = controller
+        self.register_outputs(
+            {
+                "release": controller.status,
+                "node_classes": sorted(self.node_classes),
+                "node_pools": {pool: [p.metadata["name"] for p in pools] for pool, pools in self.node_pools.items()},
+            }
+        )
+
+    @staticmethod
+    def _object(resource_name: str, body: Mapping[str, Any], opts: pulumi.ResourceOptions) -> CustomResource:
+        return CustomResource(
+            resource_name,
+            api_version=body["apiVersion"],
+            kind=body["kind"],
+            metadata=body["metadata"],
+            spec=body["spec"],
+            opts=opts,
+        )
