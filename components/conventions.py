@@ -26,7 +26,8 @@ MODEL_CACHE_MOUNT = "/models"                          # where pods see the cach
 
 # Serving pods read weights from S3 with this service account (EKS Pod Identity association).
 MODEL_READER_SERVICE_ACCOUNT = "model-reader"
-KARPENTER_SERVICE_ACCOUNT = "karpenter"  # the Karpenter chart's service account for release name "karpenter"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"  # pod annotation: Karpenter leaves its node alone  # the Karpenter chart's service account for release name "karpenter"
 # Batch jobs also read their input and write their results, with this one (batch namespace only).
 BATCH_RUNNER_SERVICE_ACCOUNT = "batch-runner"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "inferstack"}

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pulumi
 
 from inferstack.spec import SpecError, StackSpec
 from inferstack.stacks import StackNotFound, load_stack
+
+if TYPE_CHECKING:  # the layers load when the program runs, not when this module is imported
+    from inferstack.aws.foundation import AwsFoundation
+    from inferstack.platform.karpenter import KarpenterArgs
 
 
 def deploy(spec: StackSpec) -> None:
@@ -48,7 +53,7 @@ def deploy(spec: StackSpec) -> None:
     pulumi.export("prometheus_url", platform.prometheus_url)
 
 
-def karpenter_args(spec: StackSpec, aws):
+def karpenter_args(spec: StackSpec, aws: AwsFoundation) -> KarpenterArgs | None:
     """What the platform's Karpenter needs from the AWS layer; None unless the stack uses Karpenter."""
     from inferstack.platform.karpenter import KarpenterArgs, KarpenterPoolNetwork
 
@@ -64,6 +69,7 @@ def karpenter_args(spec: StackSpec, aws):
             for name, pool in aws.node_pools.items()
         },
         depends_on=[aws.karpenter.controller_identity],
+        node_access=aws.karpenter.node_access,
     )
 
 

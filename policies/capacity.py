@@ -2,7 +2,10 @@
 
 A spot reclaim takes every spot node of a type at once; an online service whose minimum replicas
 only fit on spot loses all of them together. Its minimum must fit on nodes that are always running
-and never reclaimed: on-demand (or reserved) node groups with a minimum size.
+and never reclaimed: on-demand (or reserved) node groups with a minimum size. A Karpenter NodePool keeps no
+node; its node limit bounds the on-demand nodes it may launch, and its weight (above spot's) and the pods'
+preferred capacity put minimum replicas there when they start. Karpenter does not move a replica back from spot
+after a scale-down left it there, which this rule cannot see.
 """
 
 from __future__ import annotations

@@ -306,10 +306,15 @@ def _karpenter_views(resources: Sequence[PolicyResource], operator: OperatorConf
             continue
         props = resource.props
         capacity = _requirement(props, KARPENTER_CAPACITY_LABEL)
+        # A pool that may launch spot (or whose capacity type is unconstrained, which allows spot) counts as spot.
+        if not capacity or "spot" in capacity:
+            capacity_type = "SPOT"
+        else:
+            capacity_type = KARPENTER_CAPACITY_TYPES.get(capacity[0], "ON_DEMAND") if len(capacity) == 1 else "ON_DEMAND"
         view = NodeGroupView(
             resource=resource,
             labels=string_map(dig(props, "spec", "template", "metadata", "labels")),
-            capacity_type=KARPENTER_CAPACITY_TYPES.get(capacity[0] if len(capacity) == 1 else "", "ON_DEMAND"),
+            capacity_type=capacity_type,
             instance_types=_requirement(props, INSTANCE_TYPE_LABEL),
             min_size=0,
             max_size=whole(dig(props, "spec", "limits", "nodes"), 0),

@@ -1,6 +1,8 @@
 """karpenter: GPU nodes launched by Karpenter instead of managed node groups. H100s on EFA whose on-demand baseline
 is an ODCR, L40S on spot above one on-demand node, an A100 split by MIG (strategy single, which Karpenter can
-see: slices are advertised as nvidia.com/gpu), and a 70B, an 8B and an embedding model on them."""
+request as nvidia.com/gpu), and a 70B, an 8B and an embedding model on them. Karpenter sizes a new A100 node from
+its 8 GPUs, not the 16 slices it advertises once MIG is applied, so a burst of slice pods may get a node more than
+it needs, which empties and goes after 30 minutes."""
 
 from inferstack.spec import (
     AutoscalingSpec,

@@ -137,9 +137,17 @@ def test_the_validator_refuses_two_efa_only_interfaces_on_one_card():
 
 def test_efa_pool_launches_into_its_placement_group_in_one_zone():
     """Section 4.4: one placement group per EC2NodeClass, by name; a cluster group lives in one zone."""
-    spec = node_class(POOLS["efa-h100-odcr"])["spec"]
+    spec = node_class(POOLS["efa-h100-on-demand"])["spec"]
     assert spec["placementGroupSelector"] == {"name": "prod-h100-placement"}
     assert spec["subnetSelectorTerms"] == [{"id": "subnet-0aaa1111"}]
+
+
+def test_an_odcr_pool_joins_no_placement_group_the_stack_creates():
+    """EC2 user guide, "Capacity Reservations for cluster placement groups": an ODCR serves a cluster placement group
+    only when it was created in it, which a group this stack creates cannot be; the reservation is selected."""
+    spec = node_class(POOLS["efa-h100-odcr"])["spec"]
+    assert "placementGroupSelector" not in spec
+    assert spec["capacityReservationSelectorTerms"] == [{"id": ODCR}]
 
 
 def test_capacity_block_pool_selects_its_block_and_no_placement_group():
@@ -186,16 +194,19 @@ def test_each_plan_becomes_a_nodepool_with_its_types_limit_labels_and_taints(nam
         assert template["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nc["metadata"]["name"]}
 
 
-def test_serving_pool_never_consolidates_a_node_with_a_loaded_model():
-    """Section 5: WhenEmpty never takes a node with pods on it; a 0-node budget for Drifted and Underutilized holds
-    drift outside the maintenance window; terminationGracePeriod bounds drains of do-not-disrupt pods."""
+def test_serving_pool_never_consolidates_or_expires_a_node_with_a_loaded_model():
+    """Section 5: WhenEmpty never takes a node with pods on it; a 0-node budget for Drifted holds drift outside the
+    maintenance window; expiry is forceful and ignores budgets, so serving nodes never expire; without
+    terminationGracePeriod, karpenter.sh/do-not-disrupt pods keep drift off their node."""
     for body in objects(POOLS["efa-h100-odcr"])[1]:
         disruption = body["spec"]["disruption"]
         assert disruption["consolidationPolicy"] == "WhenEmpty"
         closed = [b for b in disruption["budgets"] if b["nodes"] == "0"]
-        assert closed and all({"Drifted", "Underutilized"} <= set(b["reasons"]) and "schedule" in b for b in closed)
-        assert "terminationGracePeriod" in body["spec"]["template"]["spec"]
-    assert disruption_summary(POOLS["efa-h100-odcr"], WINDOW)["consolidation_policy"] == "WhenEmpty"
+        assert closed and all(b["reasons"] == ["Drifted"] and "schedule" in b for b in closed)
+        assert body["spec"]["template"]["spec"]["expireAfter"] == "Never"
+        assert "terminationGracePeriod" not in body["spec"]["template"]["spec"]
+    summary = disruption_summary(POOLS["efa-h100-odcr"], WINDOW)
+    assert summary["consolidation_policy"] == "WhenEmpty" and summary["serving_pods_block_disruption"]
 
 
 def test_batch_pool_consolidates_underutilized_nodes():
@@ -206,9 +217,9 @@ def test_batch_pool_consolidates_underutilized_nodes():
 
 
 @pytest.mark.skipif(SHARED_SCHEMAS is None, reason="../shared/schemas is absent")
-@pytest.mark.parametrize("name", ["efa-h100-odcr", "batch-l40s"])
+@pytest.mark.parametrize("name", ["batch-l40s"])
 def test_expire_after_is_the_upstream_default_stated(name):
-    """Section 5: expireAfter defaults to the CRD's default; it is stated, so a new upstream default drifts nothing."""
+    """Section 5: a batch pool's expireAfter is the CRD's default, stated, so a new upstream default drifts nothing."""
     default = crd_schema("karpenter.sh", "v1", "NodePool")["properties"]["spec"]["properties"]["template"][
         "properties"]["spec"]["properties"]["expireAfter"]["default"]
     for body in objects(POOLS[name])[1]:

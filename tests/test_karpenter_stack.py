@@ -183,5 +183,26 @@ def test_the_spec_names_the_window_for_drift_replacements():
     for body in node_pools(pool, environment="karpenter", node_class_name="karpenter-l40s",
                            maintenance_window=stack.platform.maintenance_window):
         closed = [b for b in body["spec"]["disruption"]["budgets"] if b["nodes"] == "0"]
-        assert closed == [{"nodes": "0", "reasons": ["Drifted", "Underutilized"], "schedule": "0 2 * * *",
+        assert closed == [{"nodes": "0", "reasons": ["Drifted"], "schedule": "0 2 * * *",
                            "duration": "20h"}]
+
+
+def test_serving_pods_keep_karpenter_off_their_node(rendered):
+    """Section 5: karpenter.sh/do-not-disrupt blocks consolidation and, on a NodePool without
+    terminationGracePeriod, drift, while the pod runs."""
+    resources, objects, _ = rendered
+    deployments = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["namespace"] == "inference"
+                   and any(c["name"] == "vllm" for c in o["spec"]["template"]["spec"]["containers"])]
+    assert len(deployments) == 3
+    for deployment in deployments:
+        assert deployment["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    serving_pools = [o for o in objects if o["kind"] == "NodePool"]
+    assert all("terminationGracePeriod" not in p["spec"]["template"]["spec"] for p in serving_pools)
+
+
+def test_node_objects_wait_for_the_nodes_access_entry(rendered):
+    """Section 7.2: a node whose role has no access entry cannot join the cluster."""
+    resources, _, _ = rendered
+    (entry,) = [r for r in resources if r["type"] == "aws:eks/accessEntry:AccessEntry" and r["inputs"]["type"] == "EC2_LINUX"]
+    karpenter = [r for r in resources if r["type"].startswith(("kubernetes:karpenter.sh/", "kubernetes:karpenter.k8s.aws/"))]
+    assert karpenter and all(entry["name"] in r["depends_on"] for r in karpenter)

@@ -912,3 +912,62 @@ def test_every_rule_has_a_failing_case_here():
     assert untested == []
     assert all(isinstance(p, (ResourceValidationPolicy, StackValidationPolicy)) for p in POLICIES)
     assert {p.name for p in POLICIES} - MANDATORY == {"vllm-prefix-caching", "vllm-fp8-kv-cache", "batch-on-spot"}
+
+
+# ------------------------------------------------------------------------------------ Karpenter NodePools
+# The rules read a Karpenter NodePool (with its EC2NodeClass) as they read a node group: its template labels, its
+# karpenter.sh/capacity-type requirement, its instance types and limits.nodes (shared/reference/karpenter.md 4, 5).
+
+
+def karpenter_objects(resources, kind):
+    return [r for r in resources if r["type"] == f"kubernetes:{'karpenter.sh' if kind == 'NodePool' else 'karpenter.k8s.aws'}/v1:{kind}"]
+
+
+def test_karpenter_stack_passes_every_rule_as_node_groups_do(tmp_path, capsys):
+    code, report = check(rendered("karpenter"), tmp_path, capsys)
+    assert code == 0 and failing(report) == set()
+    assert report["kueue-quotas-within-pools"]["violations"] == [] and report["gpu-requests-advertised"]["violations"] == []
+
+
+def test_an_efa_node_class_needs_a_placement_group_or_a_reservation(tmp_path, capsys):
+    resources = rendered("karpenter")
+    (h100,) = [r for r in karpenter_objects(resources, "EC2NodeClass") if r["inputs"]["metadata"]["name"] == "karpenter-h100"]
+    # Its ODCR keeps the nodes together (it joins no placement group the stack creates): without it, nothing does.
+    assert "placementGroupSelector" not in h100["inputs"]["spec"]
+    del h100["inputs"]["spec"]["capacityReservationSelectorTerms"]
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and failing(report) == {"efa-placement-and-security-group"}
+    assert "EC2NodeClass karpenter-h100 attaches 32 EFA interfaces but no placement group and no capacity reservation" in (
+        messages(report, "efa-placement-and-security-group"))
+
+
+def test_a_nodepool_limit_below_the_queues_quota_fails(tmp_path, capsys):
+    resources = rendered("karpenter")
+    for pool in karpenter_objects(resources, "NodePool"):
+        if pool["inputs"]["metadata"]["name"] == "karpenter-l40s-spot":
+            pool["inputs"]["spec"]["limits"]["nodes"] = 1
+    code, report = check(resources, tmp_path, capsys)
+    # KEDA's bounds read the same limit: the service's max replicas no longer fit the pool at max size.
+    assert code == 1 and failing(report) == {"kueue-quotas-within-pools", "keda-scaling-bounds"}
+    assert "flavor l40s-spot" in messages(report, "kueue-quotas-within-pools")
+
+
+def test_an_online_service_left_with_only_a_spot_nodepool_fails(tmp_path, capsys):
+    resources = rendered("karpenter")
+    resources = [r for r in resources if (r["inputs"].get("metadata") or {}).get("name") != "karpenter-h100-reserved"]
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "serving-on-demand-baseline" in failing(report)
+    assert "every node group it can run on is spot" in messages(report, "serving-on-demand-baseline")
+
+
+def test_a_nodepool_that_may_launch_spot_counts_as_spot(tmp_path, capsys):
+    """Section 4.1: a NodePool allowing [spot, on-demand] tries spot first; for the baseline rule it is spot."""
+    resources = rendered("karpenter")
+    resources = [r for r in resources if (r["inputs"].get("metadata") or {}).get("name") != "karpenter-h100-spot"]
+    for pool in karpenter_objects(resources, "NodePool"):
+        if pool["inputs"]["metadata"]["name"] == "karpenter-h100-reserved":
+            for requirement in pool["inputs"]["spec"]["template"]["spec"]["requirements"]:
+                if requirement["key"] == "karpenter.sh/capacity-type":
+                    requirement["values"] = ["spot", "on-demand"]
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "every node group it can run on is spot" in messages(report, "serving-on-demand-baseline")

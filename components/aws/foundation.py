@@ -252,7 +252,7 @@ class AwsFoundation(pulumi.ComponentResource):
             karpenter_node_role, _ = policies.service_role(
                 f"{name}-{KARPENTER}-{NODE_ROLE}",
                 service="ec2.amazonaws.com",
-                managed_policies=policies.NODE_POLICIES,
+                managed_policies=policies.KARPENTER_NODE_POLICIES,
                 partition=partition,
                 description=f"Karpenter's nodes of {spec.cluster_name}",
                 parent=self,

@@ -20,6 +20,9 @@ VERSION = "2012-10-17"
 # AWS-managed policies a role needs, by role.
 CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
+# Karpenter's node role as its reference CloudFormation attaches it (shared/reference/karpenter.md 7.2), with image
+# pulls only; without AmazonSSMManagedInstanceCore: no SSM sessions onto GPU nodes that hold model weights.
+KARPENTER_NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy")
 CLUSTER_ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
 
 

@@ -19,9 +19,10 @@ from pulumi_aws import cloudwatch, eks, iam, sqs
 from inferstack.aws import iam as policies
 from inferstack.aws import karpenter_iam
 from inferstack.aws.cluster import ClusterRef
+from inferstack.catalog.charts import chart
 from inferstack.conventions import KARPENTER_SERVICE_ACCOUNT as SERVICE_ACCOUNT
 
-NAMESPACE = "kube-system"  # where the docs install the controller (section 1)
+NAMESPACE = chart("karpenter").namespace  # where the controller chart is installed (charts.json)
 QUEUE_RETENTION_SECONDS = 300  # [cfn] MessageRetentionPeriod
 # SQS CreateQueue: a QueueName has up to 80 alphanumerics, hyphens and underscores; EKS CreateCluster allows 100
 # characters of the same in a cluster name.
@@ -61,7 +62,8 @@ class KarpenterAws(pulumi.ComponentResource):
     interruption_queue_name: pulumi.Output[str]  # the chart's settings.interruptionQueue
     interruption_queue_arn: pulumi.Output[str]
     node_role_name: pulumi.Output[str]  # what the EC2NodeClass's `role` must be: the role granted below
-    ready: list[pulumi.Resource]  # what the controller's Helm release waits for
+    controller_identity: eks.PodIdentityAssociation  # the controller's pods get credentials from it at creation
+    node_access: eks.AccessEntry  # lets the nodes Karpenter launches join the cluster
 
     def __init__(self, name: str, args: KarpenterAwsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:aws:Karpenter", name, None, opts)

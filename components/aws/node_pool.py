@@ -145,12 +145,17 @@ def autoscaler_tags(pool: NodePoolSpec, hardware: PoolHardware, plan: NodeGroupP
     return node_template_tags(template_resources(hardware), labels, pool_taints(pool))
 
 
-def joins_no_placement_group(reservation: Reservation | None) -> bool:
+def joins_no_placement_group(pool: NodePoolSpec, reservation: Reservation | None) -> bool:
     """A Capacity Block comes with its own placement: AWS co-locates its instances in an EC2 UltraCluster
     (EC2 user guide, "Capacity Blocks for ML"), and its launches name the block, not a placement group of
-    ours. On-Demand reservations and the burst groups keep the pool's cluster placement group (EC2 user
-    guide, "Placement group rules and limitations": reserved capacity is used inside a placement group too)."""
-    return reservation is not None and reservation.kind == "capacity_block"
+    ours. An On-Demand reservation is used inside a cluster placement group only when it was created in that
+    group (EC2 user guide, "Capacity Reservations for cluster placement groups"; CreateCapacityReservation
+    PlacementGroupArn): a group this stack creates cannot hold a reservation bought before it, so the reserved
+    nodes launch without one (the reservation keeps them in its zone); `efa.placement_group` names the group a
+    reservation was created in. The burst groups keep the pool's group."""
+    if reservation is None:
+        return False
+    return reservation.kind == "capacity_block" or pool.efa.create_placement_group
 
 
 def launch_template_instance_type(plan: NodeGroupPlan) -> str | None:
@@ -304,7 +309,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1
                 ),
                 network_interfaces=network_interfaces,
-                placement=None if joins_no_placement_group(reservation) else placement,
+                placement=None if joins_no_placement_group(pool, reservation) else placement,
                 user_data=user_data,
                 capacity_reservation_specification=reserved,
                 instance_market_options=market,

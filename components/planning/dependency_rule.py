@@ -43,6 +43,8 @@ RELEASE_NEEDS: Mapping[str, frozenset[str]] = {
 }
 # GatewayClass -> the release whose controller creates it.
 GATEWAY_CLASS_CONTROLLERS: Mapping[str, str] = {"istio": "istiod", "agentgateway": "agentgateway"}
+# Karpenter's node objects (EC2NodeClass, NodePool): the nodes they launch need their role's access entry.
+KARPENTER_NODE_GROUPS = frozenset({"karpenter.sh", "karpenter.k8s.aws"})
 # Charts whose pods are DaemonSets for the GPU nodes: the node groups are the nodes those pods need.
 NODE_AGENT_CHARTS = frozenset({"gpu-operator", "aws-efa-k8s-device-plugin"})
 # Reference fields of Kubernetes objects: key -> the kind it names when the reference does not say.
@@ -207,6 +209,10 @@ class DependencyRule:
             dependent, dependency.get("inputs") or {}
         ):
             return "its pods get AWS credentials from this association, injected only at pod creation"
+        if group in KARPENTER_NODE_GROUPS and dependency["type"] == "aws:eks/accessEntry:AccessEntry" and (
+            (dependency.get("inputs") or {}).get("type") == "EC2_LINUX"
+        ):
+            return "the nodes Karpenter launches for it join the cluster through this access entry"
         if installer(dependent) in NODE_AGENT_CHARTS and dependency["type"] == "aws:eks/nodeGroup:NodeGroup" and (
             _taints(dependency)
         ):

@@ -43,6 +43,7 @@ class KarpenterArgs:
     interruption_queue_name: pulumi.Input[str]
     networks: Mapping[str, KarpenterPoolNetwork]  # by pool name
     depends_on: Sequence[pulumi.Resource] = ()   # the controller's Pod Identity association
+    node_access: pulumi.Resource | None = None   # the nodes' EKS access entry: nothing joins before it exists
 
 
 def controller_values(spec: StackSpec, cluster_name: pulumi.Input[str], queue_name: pulumi.Input[str]) -> dict[str, Any]:
@@ -84,7 +85,11 @@ class Karpenter(pulumi.ComponentResource):
             values=controller_values(spec, args.cluster_name, args.interruption_queue_name),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[crds, *args.depends_on]),
         )
-        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[crds])
+        # A node launched before its role's access entry exists cannot join; Karpenter deletes it after its
+        # registration timeout and tries again, so the node objects wait for the entry.
+        after_crds = pulumi.ResourceOptions(
+            parent=self, depends_on=[crds, *([args.node_access] if args.node_access is not None else [])]
+        )
         self.node_classes, self.node_pools = {}, {}
         for pool in spec.node_pools:
             network = args.networks[pool.name]

@@ -30,7 +30,7 @@ from inferstack.spec.pools import PoolHardware
 AMI_ALIASES: Mapping[str, Mapping[str, str]] = FACTS["ami_aliases"]
 OS_VOLUMES: Mapping[str, Mapping[str, Any]] = FACTS["os_volumes"]
 INSTANCE_STORE_POLICIES: tuple[str, ...] = tuple(FACTS["instance_store_policies"]["values"])
-NODEPOOL_WEIGHTS: Mapping[str, int] = {k: v for k, v in FACTS["nodepool_weights"].items() if isinstance(v, int)}
+NODEPOOL_WEIGHTS: Mapping[str, int] = FACTS["nodepool_weights"]["values"]
 
 NODE_CLASS_API, NODE_CLASS_KIND = "karpenter.k8s.aws/v1", "EC2NodeClass"
 NODE_POOL_API, NODE_POOL_KIND = "karpenter.sh/v1", "NodePool"
@@ -40,17 +40,20 @@ GPU_COUNT_KEY = "karpenter.k8s.aws/instance-gpu-count"
 RESERVATION_ID_KEY = "karpenter.k8s.aws/capacity-reservation-id"
 
 # Disruption (section 5). Choices, not upstream advice: the Karpenter docs give no GPU figure (section 9).
-# Karpenter's default node lifetime, stated so a change of default upstream cannot drift every node.
-EXPIRE_AFTER = "720h"
-# An empty serving node is kept this long: a replica on a fresh node takes ~16 min (GPU node 4 min, image pull
-# 5.5 min, weights from S3 ~4 min for 140 GB, engine start 1.3 min: planning/creation_times.py), one on the
-# node it left ~2 min (weights from its NVMe cache), so a scale-down undone within half an hour costs no reload.
+# Expiry is forceful and ignores budgets (section 5), so a serving node holding a loaded model never expires: it
+# is replaced for drift (a new AMI pin or Kubernetes version) inside the maintenance window, and only once its
+# serving pods (annotated karpenter.sh/do-not-disrupt) have left it. Batch nodes keep Karpenter's default lifetime,
+# stated so a change of default upstream cannot drift every node.
+SERVING_EXPIRE_AFTER = "Never"
+BATCH_EXPIRE_AFTER = "720h"
+# An empty serving node is kept this long: a replica on a fresh node waits for the node, the image, the weights
+# from S3 and the engine start (planning/creation_times.py gpu_node, image_pull, weights_s3_gb_per_s,
+# engine_start), one on the node it left reads its weights from the NVMe cache, so a scale-down undone within
+# half an hour costs no reload.
 SERVING_CONSOLIDATE_AFTER = "30m"
-# The longest a drain of a serving node may wait for PodDisruptionBudgets and karpenter.sh/do-not-disrupt pods
-# before Karpenter overrides them: room for the replacement replica to load its model (~16 min) with margin.
-SERVING_TERMINATION_GRACE = "1h"
 # Batch nodes go as soon as they are idle or their jobs fit elsewhere; a job gets this long to finish or
-# checkpoint when its node expires or drifts (without it, do-not-disrupt pods hold an expiring node forever).
+# checkpoint when its node drifts (without it, do-not-disrupt pods hold a drifted node forever). Serving pools
+# set none, so karpenter.sh/do-not-disrupt keeps drift off a node while it serves.
 BATCH_CONSOLIDATE_AFTER = "5m"
 BATCH_TERMINATION_GRACE = "2h"
 
@@ -59,7 +62,7 @@ def _closed_budget(window: MaintenanceWindowSpec) -> dict[str, Any]:
     """A budget of 0 from the window's end to its next start: the most restrictive active budget wins (section 5)."""
     return {
         "nodes": "0",
-        "reasons": ["Drifted", "Underutilized"],
+        "reasons": ["Drifted"],  # a WhenEmpty pool is never Underutilized
         "schedule": f"0 {(window.start_hour_utc + window.hours) % 24} * * *",
         "duration": f"{24 - window.hours}h",
     }
@@ -154,7 +157,7 @@ def ec2_node_class(
             {"networkCardIndex": card, "deviceIndex": device, "interfaceType": kind}
             for card, device, kind in efa_interface_layout(PoolHardware(pool).efa_interfaces)
         ]
-        if placement_group_name is not None and not joins_no_placement_group(reservation):
+        if placement_group_name is not None and not joins_no_placement_group(pool, reservation):
             spec["placementGroupSelector"] = {"name": placement_group_name}
     if reservation is not None:
         # ODCRs and Capacity Blocks alike: Karpenter uses a reservation only when a term selects it (sections 4.2-4.3).
@@ -186,8 +189,11 @@ def _disruption(pool: NodePoolSpec, window: MaintenanceWindowSpec) -> dict[str, 
     return {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": BATCH_CONSOLIDATE_AFTER}
 
 
-def _termination_grace(pool: NodePoolSpec) -> str:
-    return SERVING_TERMINATION_GRACE if pool.role == "serving" else BATCH_TERMINATION_GRACE
+def _lifetime(pool: NodePoolSpec) -> dict[str, str]:
+    """expireAfter, and for batch the longest a drain may wait (section 5)."""
+    if pool.role == "serving":
+        return {"expireAfter": SERVING_EXPIRE_AFTER}
+    return {"expireAfter": BATCH_EXPIRE_AFTER, "terminationGracePeriod": BATCH_TERMINATION_GRACE}
 
 
 def disruption_summary(pool: NodePoolSpec, window: MaintenanceWindowSpec) -> dict[str, Any]:
@@ -198,8 +204,9 @@ def disruption_summary(pool: NodePoolSpec, window: MaintenanceWindowSpec) -> dic
         "consolidation_policy": disruption["consolidationPolicy"],
         "consolidate_after": disruption["consolidateAfter"],
         "budgets": disruption.get("budgets", "Karpenter's default: 10% of the NodePool's nodes at once"),
-        "expire_after": EXPIRE_AFTER,
-        "termination_grace_period": _termination_grace(pool),
+        "expire_after": _lifetime(pool)["expireAfter"],
+        "termination_grace_period": _lifetime(pool).get("terminationGracePeriod"),
+        "serving_pods_block_disruption": pool.role == "serving",
     }
 
 
@@ -234,8 +241,7 @@ def node_pools(
                             "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": NODE_CLASS_KIND, "name": node_class_name},
                             "requirements": _requirements(pool, hardware, plan),
                             "taints": taints,
-                            "expireAfter": EXPIRE_AFTER,
-                            "terminationGracePeriod": _termination_grace(pool),
+                            **_lifetime(pool),
                         },
                     },
                 },

@@ -24,6 +24,7 @@ from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, VLLM_IMAGES
 from inferstack.conventions import (
     IMAGE_PROVIDES_EFA_ANNOTATION,
+    KARPENTER_DO_NOT_DISRUPT,
     MODEL_CACHE_MOUNT,
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
@@ -119,11 +120,16 @@ def _multi_node_env(route: Transport) -> list[dict[str, str]]:
     return env
 
 
-def efa_image_annotations(route: Transport) -> dict[str, Any]:
-    """The spec's word that an image the catalog does not list carries the EFA stack, for the policy pack."""
+def pod_annotations(spec: StackSpec, route: Transport) -> dict[str, Any]:
+    """A pod's annotations: the spec's word that an image the catalog does not list carries the EFA stack (for the
+    policy pack), and under Karpenter `karpenter.sh/do-not-disrupt`, which keeps consolidation and drift off a node
+    while it serves a loaded model (its NodePool sets no terminationGracePeriod; shared/reference/karpenter.md 5)."""
+    annotations = {}
     if route.kind == "efa" and route.efa is None:
-        return {"annotations": {IMAGE_PROVIDES_EFA_ANNOTATION: "true"}}
-    return {}
+        annotations[IMAGE_PROVIDES_EFA_ANNOTATION] = "true"
+    if spec.platform.node_autoscaler == "karpenter":
+        annotations[KARPENTER_DO_NOT_DISRUPT] = "true"
+    return {"annotations": annotations} if annotations else {}
 
 
 def pod_spec(
@@ -216,7 +222,7 @@ class ModelService(pulumi.ComponentResource):
         self.target = scale_target(model)
         strategy = rollout(spec, model)   # surge only where a spare replica fits the pool at max size
         if model.multi_node:
-            group_annotations = efa_image_annotations(transport(model, hardware))
+            group_annotations = pod_annotations(spec, transport(model, hardware))
             self.workload = CustomResource(
                 f"{name}-lws",
                 api_version=LWS_API_VERSION,
@@ -252,7 +258,7 @@ class ModelService(pulumi.ComponentResource):
                     "progressDeadlineSeconds": max(600, 2 * load_seconds(model) + 600),
                     "selector": {"matchLabels": pods.selector_labels(model.name)},
                     "template": {
-                        "metadata": {"labels": pod_labels},
+                        "metadata": {"labels": pod_labels, **pod_annotations(spec, transport(model, hardware))},
                         "spec": pod_spec(spec, model, hardware, "single"),
                     },
                 },

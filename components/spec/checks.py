@@ -352,7 +352,9 @@ def _check_karpenter_pool(path: str, hardware: PoolHardware) -> None:
     """What Karpenter can launch for: it sizes a node from the instance type's own resources (nvidia.com/gpu),
     so a pod asking for a MIG profile or a renamed GPU share never gets a node (the resources exist only once the
     GPU operator runs there; Karpenter's NodeOverlay, which would declare them, is alpha: shared/reference/
-    karpenter.md sections 2 and 5)."""
+    karpenter.md sections 2 and 5). MIG strategy single and unrenamed time-slicing advertise nvidia.com/gpu, which
+    Karpenter sees, though it counts the instance's GPUs, not the slices or shares: it may launch a node too many
+    for a burst, which consolidates once empty."""
     pool = hardware.spec
     hidden = sorted(set(hardware.resources_per_node) - {WHOLE_GPU})
     if hidden:
