@@ -254,7 +254,8 @@ class EfaSpec(Model):
     create_placement_group: bool = Field(
         True,
         description="Create a cluster placement group for the pool's groups. A Capacity Block group never joins it "
-        "(the block brings its own placement); set false when placement_group names one. Defaults to true.",
+        "(the block brings its own placement), nor a reserved group (an ODCR serves only the placement group it was "
+        "created in: name that one in placement_group); set false when placement_group names one. Defaults to true.",
     )
 
 
