@@ -16,6 +16,7 @@ from typing import Any
 
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
+from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.catalog.charts import chart
 from inferstack.conventions import KARPENTER_SERVICE_ACCOUNT as SERVICE_ACCOUNT
@@ -68,6 +69,7 @@ def controller_values(spec: StackSpec, cluster_name: pulumi.Input[str], queue_na
 class Karpenter(pulumi.ComponentResource):
     """The CRD chart, the controller chart, and per pool an EC2NodeClass and its NodePools."""
 
+    release: Release
     node_classes: dict[str, CustomResource]
     node_pools: dict[str, list[CustomResource]]
 
@@ -104,7 +106,7 @@ class Karpenter(pulumi.ComponentResource):
             )
             self.node_classes[pool.name] = self._object(f"{name}-{pool.name}-nodeclass", node_class, after_crds)
             self.node_pools[pool.name] = [
-                self._object(f"{name}-{body['metadata']['name']}", body, after_crds)
+                self._object(f"{name}-{body['metadata']['name'].removeprefix(spec.environment + '-')}", body, after_crds)
                 for body in node_pools(
                     pool, environment=spec.environment, node_class_name=node_class["metadata"]["name"],
                     maintenance_window=spec.platform.maintenance_window,
