@@ -26,6 +26,7 @@ MODEL_CACHE_MOUNT = "/models"                          # where pods see the cach
 
 # Serving pods read weights from S3 with this service account (EKS Pod Identity association).
 MODEL_READER_SERVICE_ACCOUNT = "model-reader"
+KARPENTER_CAPACITY_LABEL = "karpenter.sh/capacity-type"  # set by Karpenter: on-demand | reserved | spot
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"  # pod annotation: Karpenter leaves its node alone  # the Karpenter chart's service account for release name "karpenter"
 # Batch jobs also read their input and write their results, with this one (batch namespace only).

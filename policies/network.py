@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 from pulumi_policy import EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy
 
-from inferstack.policies.pools import KARPENTER_NODE_CLASS, LAUNCH_TEMPLATE, NodeGroupView, efa_interfaces, node_groups
+from inferstack.policies.pools import (
+    KARPENTER_NODE_CLASS, LAUNCH_TEMPLATE, NodeGroupView, efa_interfaces, node_class_efa_interfaces, node_groups,
+)
 from inferstack.policies.props import dig, items, mapping, text
 
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
@@ -73,18 +75,11 @@ def _reservation(template: PolicyResource, users: Sequence[NodeGroupView]) -> bo
     )
 
 
-def _node_class_efa(node_class: PolicyResource) -> int:
-    return sum(
-        1 for interface in items(dig(node_class.props, "spec", "networkInterfaces"))
-        if text(mapping(interface).get("interfaceType")) in ("efa", "efa-only")
-    )
-
-
 def _validate(args: StackValidationArgs, report: ReportViolation) -> None:
     groups = node_groups(args.resources)
     for template in (r for r in args.resources if r.resource_type in (LAUNCH_TEMPLATE, KARPENTER_NODE_CLASS)):
         karpenter = template.resource_type == KARPENTER_NODE_CLASS
-        interfaces = _node_class_efa(template) if karpenter else efa_interfaces(template)
+        interfaces = node_class_efa_interfaces(template) if karpenter else efa_interfaces(template)
         if not interfaces:
             continue
         if karpenter:

@@ -29,7 +29,6 @@ from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 KARPENTER_NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 KARPENTER_NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
-KARPENTER_CAPACITY_LABEL = "karpenter.sh/capacity-type"
 KARPENTER_NODE_POOL_LABEL = "karpenter.sh/nodepool"
 # Karpenter's capacity types as EKS names them on node groups (shared/reference/karpenter.md 4.1).
 KARPENTER_CAPACITY_TYPES = {"spot": "SPOT", "on-demand": "ON_DEMAND", "reserved": "CAPACITY_RESERVED"}
@@ -149,10 +148,7 @@ class NodeGroupView:
     @property
     def efa_devices(self) -> int:
         if self.node_class is not None:
-            return sum(
-                1 for interface in items(dig(self.node_class.props, "spec", "networkInterfaces"))
-                if text(mapping(interface).get("interfaceType")) in EFA_INTERFACE_TYPES
-            )
+            return node_class_efa_interfaces(self.node_class)
         return efa_interfaces(self.launch_template)
 
     @property
@@ -184,7 +180,7 @@ class NodeGroupView:
         """Labels its nodes carry: the group's own, plus what EKS (or Karpenter) and the kubelet add."""
         if self.is_karpenter:
             capacity = {v: k for k, v in KARPENTER_CAPACITY_TYPES.items()}[self.capacity_type]
-            labels = {**self.labels, KARPENTER_CAPACITY_LABEL: capacity,
+            labels = {**self.labels, conventions.KARPENTER_CAPACITY_LABEL: capacity,
                       KARPENTER_NODE_POOL_LABEL: text(dig(self.resource.props, "metadata", "name"))}
             if instance:
                 labels[INSTANCE_TYPE_LABEL] = instance
@@ -257,6 +253,14 @@ def efa_interfaces(launch_template: PolicyResource | None) -> int:
     )
 
 
+def node_class_efa_interfaces(node_class: PolicyResource) -> int:
+    """EFA devices a Karpenter EC2NodeClass attaches (its `networkInterfaces`, section 4.5 of karpenter.md)."""
+    return sum(
+        1 for interface in items(dig(node_class.props, "spec", "networkInterfaces"))
+        if text(mapping(interface).get("interfaceType")) in EFA_INTERFACE_TYPES
+    )
+
+
 def node_groups(resources: Sequence[PolicyResource]) -> list[NodeGroupView]:
     """Every managed node group of the stack with what one of its nodes advertises."""
     templates = [r for r in resources if r.resource_type == LAUNCH_TEMPLATE]
@@ -305,7 +309,7 @@ def _karpenter_views(resources: Sequence[PolicyResource], operator: OperatorConf
         if resource.resource_type != KARPENTER_NODE_POOL:
             continue
         props = resource.props
-        capacity = _requirement(props, KARPENTER_CAPACITY_LABEL)
+        capacity = _requirement(props, conventions.KARPENTER_CAPACITY_LABEL)
         # A pool that may launch spot (or whose capacity type is unconstrained, which allows spot) counts as spot.
         if not capacity or "spot" in capacity:
             capacity_type = "SPOT"

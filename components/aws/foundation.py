@@ -224,7 +224,7 @@ class AwsFoundation(pulumi.ComponentResource):
                 )
 
         self.node_pools = {}
-        karpenter = spec.platform.node_autoscaler == "karpenter"
+        karpenter = spec.platform.karpenter
         for i, pool in enumerate(spec.node_pools):
             if network is not None:
                 subnets: pulumi.Input = network.subnets_for(pool.availability_zones)

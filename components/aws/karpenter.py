@@ -119,7 +119,6 @@ class KarpenterAws(pulumi.ComponentResource):
                 queue_arn=v[3],
             )
         )
-        attachments = []
         for controller_policy in karpenter_iam.CONTROLLER_POLICIES:
             policy = iam.Policy(
                 f"{name}-{controller_policy.segment}",
@@ -128,10 +127,8 @@ class KarpenterAws(pulumi.ComponentResource):
                 policy=scope.apply(lambda s, build=controller_policy.document: json.dumps(build(s))),
                 opts=child,
             )
-            attachments.append(
-                iam.RolePolicyAttachment(
-                    f"{name}-{controller_policy.segment}-attachment", role=role.name, policy_arn=policy.arn, opts=child
-                )
+            iam.RolePolicyAttachment(
+                f"{name}-{controller_policy.segment}-attachment", role=role.name, policy_arn=policy.arn, opts=child
             )
         association = eks.PodIdentityAssociation(
             f"{name}-controller-identity",

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferstack.planning.node_groups import plan_node_groups
+from inferstack.planning.node_groups import SPOT, plan_node_groups
 from inferstack.spec import StackSpec
 
 SPOT_NOTICE_SECONDS = 120
 # A serving pod leaves the endpoints first (preStop), then vLLM finishes what it holds and exits.
 PRE_STOP_SECONDS = 15
 TERMINATION_GRACE_SECONDS = 90
-SPOT = "SPOT"
 HANDLED_BY = {
     "karpenter": "Karpenter: EventBridge sends the notice to its SQS interruption queue; it taints and drains the node "
                  "and launches the replacement at once",
@@ -62,7 +61,7 @@ def interruption_plan(spec: StackSpec) -> dict:
     return {
         "spot_pools": spot,
         "services_on_spot": [m.name for m in spec.models if m.pool in spot],
-        "handled_by": HANDLED_BY["karpenter" if spec.platform.node_autoscaler == "karpenter" else "managed node groups"],
+        "handled_by": HANDLED_BY["karpenter" if spec.platform.karpenter else "managed node groups"],
         "notice_seconds": budget.notice_seconds,
         "pre_stop_seconds": budget.pre_stop_seconds,
         "grace_seconds": budget.grace_seconds,

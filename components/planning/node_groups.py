@@ -9,6 +9,7 @@ minimum-capacity rule counts their never-reclaimed nodes: all from `plan_node_gr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from inferstack.spec import NodePoolSpec, Reservation
 
@@ -109,18 +110,10 @@ def nodes_at(pool: NodePoolSpec, nodes: int) -> tuple[int, int]:
     return on_demand, spot
 
 
-def max_nodes_by_capacity_label(pool: NodePoolSpec) -> dict[str, int]:
-    """The pool's nodes at max size per capacity label (on-demand | reserved | spot), which is also the capacity
-    type Karpenter labels its nodes with (karpenter.sh/capacity-type), baseline first."""
+def max_nodes_by(pool: NodePoolSpec, key: Literal["capacity_type", "capacity_label"]) -> dict[str, int]:
+    """The pool's nodes at max size per EKS capacity type, or per capacity label (on-demand | reserved | spot,
+    which is also the capacity type Karpenter labels its nodes with), in the groups' order (baseline first)."""
     nodes: dict[str, int] = {}
     for group in plan_node_groups(pool):
-        nodes[group.capacity_label] = nodes.get(group.capacity_label, 0) + group.max_size
-    return nodes
-
-
-def max_nodes_by_capacity_type(pool: NodePoolSpec) -> dict[str, int]:
-    """The pool's nodes at max size per EKS capacity type, in the groups' order (baseline first)."""
-    nodes: dict[str, int] = {}
-    for group in plan_node_groups(pool):
-        nodes[group.capacity_type] = nodes.get(group.capacity_type, 0) + group.max_size
+        nodes[getattr(group, key)] = nodes.get(getattr(group, key), 0) + group.max_size
     return nodes

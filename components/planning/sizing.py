@@ -272,8 +272,7 @@ def parallel_layout(model: ModelServiceSpec) -> str:
     if experts:
         share = experts_per_device(model)
         if model.expert_parallel:
-            backend = model.all2all_backend or "allgather_reducescatter"
-            layout += f"; expert parallel: {share} of {experts} experts per GPU, all-to-all {backend}"
+            layout += f"; expert parallel: {share} of {experts} experts per GPU, all-to-all {model.all2all_exchange}"
         else:
             layout += f"; every expert sliced {model.tensor_parallel * model.data_parallel} ways"
     return layout

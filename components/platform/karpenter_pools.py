@@ -22,6 +22,7 @@ from inferstack.aws.node_pool import (
     render_user_data,
 )
 from inferstack.catalog.karpenter import FACTS
+from inferstack.conventions import KARPENTER_CAPACITY_LABEL
 from inferstack.planning.node_groups import NodeGroupPlan, plan_node_groups
 from inferstack.spec import NodePoolSpec
 from inferstack.spec.models import MaintenanceWindowSpec
@@ -34,7 +35,6 @@ NODEPOOL_WEIGHTS: Mapping[str, int] = FACTS["nodepool_weights"]["values"]
 
 NODE_CLASS_API, NODE_CLASS_KIND = "karpenter.k8s.aws/v1", "EC2NodeClass"
 NODE_POOL_API, NODE_POOL_KIND = "karpenter.sh/v1", "NodePool"
-CAPACITY_TYPE_KEY = "karpenter.sh/capacity-type"
 INSTANCE_TYPE_KEY = "node.kubernetes.io/instance-type"
 GPU_COUNT_KEY = "karpenter.k8s.aws/instance-gpu-count"
 RESERVATION_ID_KEY = "karpenter.k8s.aws/capacity-reservation-id"
@@ -130,8 +130,8 @@ def ec2_node_class(
     """The pool's EC2NodeClass: AMI alias, network, IMDSv2, disks and NVMe cache, EFA, placement, reservation.
 
     EFA pools use the first subnet only: a cluster placement group and EFA traffic stay in one zone (section 4.4).
-    A Capacity Block pool joins no placement group: the block brings its own placement, and Karpenter puts every
-    instance of a node class into its one group (section 4.4), the block's included.
+    A reserved pool joins no placement group of the stack's (`joins_no_placement_group`): Karpenter puts every
+    instance of a node class into its one group (section 4.4), the reservation's included.
     """
     name = node_class_name(environment, pool)
     spec: dict[str, Any] = {
@@ -169,7 +169,7 @@ def _requirements(pool: NodePoolSpec, hardware: PoolHardware, plan: NodeGroupPla
     """The plan's capacity type (conventions.CAPACITY_LABEL values are Karpenter's, section 4.1) and instance types;
     the GPU count keeps every candidate on the NVIDIA AMI variant (section 3.1)."""
     requirements = [
-        {"key": CAPACITY_TYPE_KEY, "operator": "In", "values": [plan.capacity_label]},
+        {"key": KARPENTER_CAPACITY_LABEL, "operator": "In", "values": [plan.capacity_label]},
         {"key": INSTANCE_TYPE_KEY, "operator": "In", "values": list(plan.instance_types)},
         {"key": GPU_COUNT_KEY, "operator": "In", "values": [str(hardware.gpus_per_node)]},
     ]
@@ -198,14 +198,14 @@ def _lifetime(pool: NodePoolSpec) -> dict[str, str]:
 
 def disruption_summary(pool: NodePoolSpec, window: MaintenanceWindowSpec) -> dict[str, Any]:
     """What the plan says of how Karpenter may take the pool's nodes away."""
-    disruption = _disruption(pool, window)
+    disruption, lifetime = _disruption(pool, window), _lifetime(pool)
     return {
         "role": pool.role,
         "consolidation_policy": disruption["consolidationPolicy"],
         "consolidate_after": disruption["consolidateAfter"],
         "budgets": disruption.get("budgets", "Karpenter's default: 10% of the NodePool's nodes at once"),
-        "expire_after": _lifetime(pool)["expireAfter"],
-        "termination_grace_period": _lifetime(pool).get("terminationGracePeriod"),
+        "expire_after": lifetime["expireAfter"],
+        "termination_grace_period": lifetime.get("terminationGracePeriod"),
         "serving_pods_block_disruption": pool.role == "serving",
     }
 

@@ -23,9 +23,9 @@ from pulumi_kubernetes.core.v1 import Namespace
 from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.catalog.charts import chart
-from inferstack.conventions import EKS_CAPACITY_LABEL, POOL_LABEL
+from inferstack.conventions import EKS_CAPACITY_LABEL, KARPENTER_CAPACITY_LABEL, POOL_LABEL
 from inferstack.helm import helm_release
-from inferstack.planning.node_groups import max_nodes_by_capacity_label, max_nodes_by_capacity_type
+from inferstack.planning.node_groups import max_nodes_by
 from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_nodes import dump_yaml, gpu_tolerations
 from inferstack.spec import ClusterQueueSpec, NodePoolSpec, PriorityClassSpec, StackSpec
@@ -43,7 +43,6 @@ KUBERNETES_PROVIDER_VERSION = version("pulumi-kubernetes")  # the plugin a raw K
 CAPACITY_SUFFIX = {"ON_DEMAND": "on-demand", "CAPACITY_BLOCK": "capacity-block", "SPOT": "spot"}
 # Karpenter's nodes carry no EKS capacityType label; they carry karpenter.sh/capacity-type (on-demand | reserved |
 # spot: shared/reference/karpenter.md 4.1), which equals the pool's capacity label of each node group plan.
-KARPENTER_CAPACITY_LABEL = "karpenter.sh/capacity-type"
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ def pool_flavors(pool: NodePoolSpec, karpenter: bool = False) -> list[Flavor]:
     baseline, batch prefers spot. A flavor's nodes are those of the pool's node groups (or Karpenter
     NodePools) of its capacity type."""
     per_node = advertised_per_node(PoolHardware(pool))
-    counts = max_nodes_by_capacity_label(pool) if karpenter else max_nodes_by_capacity_type(pool)
+    counts = max_nodes_by(pool, "capacity_label" if karpenter else "capacity_type")
     label = KARPENTER_CAPACITY_LABEL if karpenter else EKS_CAPACITY_LABEL
     flavors = [
         Flavor(pool, kind, {name: units * count for name, units in per_node.items()}, label)
@@ -81,7 +80,7 @@ def pool_flavors(pool: NodePoolSpec, karpenter: bool = False) -> list[Flavor]:
 
 
 def stack_flavors(spec: StackSpec, pool: NodePoolSpec) -> list[Flavor]:
-    return pool_flavors(pool, karpenter=spec.platform.node_autoscaler == "karpenter")
+    return pool_flavors(pool, karpenter=spec.platform.karpenter)
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:

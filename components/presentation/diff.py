@@ -198,10 +198,11 @@ def rolling_node_groups(changes: dict[str, Any], after: list[dict[str, Any]]) ->
     return rolls
 
 
-def _removed_gpu_pools(changes: dict[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]]) -> set[str]:
+def _removed_gpu_pools(
+    changes: dict[str, Any], old: dict[tuple[str, str], dict[str, Any]], after: list[dict[str, Any]]
+) -> set[str]:
     """Pools whose GPU node groups are all deleted (moving the pool to Karpenter): EKS drains their nodes, and each
     pod starts again, model load included, on a node the new provider launches."""
-    old = {_key(r): r for r in before}
     remaining = {(r["inputs"].get("labels") or {}).get(POOL_LABEL) for r in after if r["type"] == NODE_GROUP}
     deleted = {
         (old[(c["type"], c["name"])]["inputs"].get("labels") or {}).get(POOL_LABEL)
@@ -211,13 +212,13 @@ def _removed_gpu_pools(changes: dict[str, Any], before: list[dict[str, Any]], af
 
 
 def downtime(
-    changes: dict[str, Any], before: list[dict[str, Any]], rolls: list[dict[str, Any]], after: list[dict[str, Any]] = ()
+    changes: dict[str, Any], before: list[dict[str, Any]], rolls: list[dict[str, Any]], after: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Services that stop serving during the change: a single-replica vLLM workload whose pod template
     changes or that is replaced, the vLLM workloads on a GPU node group that is replaced, and single-replica ones
     on a pool whose node groups are deleted."""
     old = {_key(r): r for r in before}
-    moved_pools = _removed_gpu_pools(changes, before, list(after))
+    moved_pools = _removed_gpu_pools(changes, old, after)
     touched = {(c["type"], c["name"]): c for c in changes["updated"] + changes["replaced"]}
     replaced_gpu_pools = {
         (old[(NODE_GROUP, r["name"])]["inputs"].get("labels") or {}).get(POOL_LABEL)

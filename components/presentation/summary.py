@@ -41,7 +41,7 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
     from inferstack.platform.karpenter_pools import disruption_summary
 
     costs = {c.pool: c for c in stack_costs(spec)}
-    karpenter = spec.platform.node_autoscaler == "karpenter"
+    karpenter = spec.platform.karpenter
     rows = []
     for pool in spec.node_pools:
         hardware = PoolHardware(pool)
@@ -300,7 +300,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     from inferstack.planning.sizing import checkpoint_bytes
 
     resources = graph_resources(recording)
-    karpenter = spec.platform.node_autoscaler == KARPENTER
+    karpenter = spec.platform.karpenter
     by_chart: dict[str, str] = {}
     workloads: dict[tuple[str | None, str | None], str] = {}
     pool_groups: dict[str, list[str]] = defaultdict(list)

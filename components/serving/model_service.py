@@ -127,7 +127,7 @@ def pod_annotations(spec: StackSpec, route: Transport) -> dict[str, Any]:
     annotations = {}
     if route.kind == "efa" and route.efa is None:
         annotations[IMAGE_PROVIDES_EFA_ANNOTATION] = "true"
-    if spec.platform.node_autoscaler == "karpenter":
+    if spec.platform.karpenter:
         annotations[KARPENTER_DO_NOT_DISRUPT] = "true"
     return {"annotations": annotations} if annotations else {}
 

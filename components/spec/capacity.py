@@ -26,7 +26,7 @@ from inferstack.spec.pools import PoolHardware
 def check_minimum_capacity(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
     if spec.platform.node_autoscaler == "none":
         _check_pools_start_nodes(spec, pools)
-    if spec.platform.node_autoscaler == "karpenter":
+    if spec.platform.karpenter:
         _check_no_idle_nodes(spec)
     _check_online_baseline(spec, models, pools)
 
@@ -63,7 +63,7 @@ def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...]
     from inferstack.planning.node_groups import on_demand_node_limit, on_demand_nodes_at_min  # planning reads the spec
     from inferstack.planning.pool_capacity import nodes_for_replicas
 
-    karpenter = spec.platform.node_autoscaler == "karpenter"
+    karpenter = spec.platform.karpenter
 
     online: dict[str, list[tuple[ModelServiceSpec, int]]] = defaultdict(list)
     for model in models:

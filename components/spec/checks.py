@@ -299,7 +299,7 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                     )
     _check_efa(path, hardware)
     _check_nvme(path, hardware)
-    if spec.platform.node_autoscaler == "karpenter":
+    if spec.platform.karpenter:
         _check_karpenter_pool(path, hardware)
     _check_sharing(path, hardware)
     for key in pool.labels:
@@ -352,9 +352,9 @@ def _check_karpenter_pool(path: str, hardware: PoolHardware) -> None:
     """What Karpenter can launch for: it sizes a node from the instance type's own resources (nvidia.com/gpu),
     so a pod asking for a MIG profile or a renamed GPU share never gets a node (the resources exist only once the
     GPU operator runs there; Karpenter's NodeOverlay, which would declare them, is alpha: shared/reference/
-    karpenter.md sections 2 and 5). MIG strategy single and unrenamed time-slicing advertise nvidia.com/gpu, which
-    Karpenter sees, though it counts the instance's GPUs, not the slices or shares: it may launch a node too many
-    for a burst, which consolidates once empty."""
+    karpenter.md sections 2 and 5). MIG strategy single advertises its slices as nvidia.com/gpu, which Karpenter
+    sees, though it counts the instance's GPUs, not the slices: it may launch a node too many for a burst, which
+    consolidates once empty."""
     pool = hardware.spec
     hidden = sorted(set(hardware.resources_per_node) - {WHOLE_GPU})
     if hidden:
@@ -362,8 +362,8 @@ def _check_karpenter_pool(path: str, hardware: PoolHardware) -> None:
             f"{path}.gpu_sharing",
             f"pool {pool.name!r} advertises {', '.join(hidden)}, which Karpenter cannot see on an instance type "
             "before the node exists, so pods asking for it would never get a node",
-            "use MIG strategy 'single' (slices advertised as nvidia.com/gpu), time-slicing without renaming, or "
-            "platform.node_autoscaler 'cluster-autoscaler'",
+            "use MIG strategy 'single' (slices advertised as nvidia.com/gpu), whole GPUs (gpu_sharing mode 'none'), "
+            "or platform.node_autoscaler 'cluster-autoscaler'",
         )
 
 
@@ -556,7 +556,7 @@ def _check_cluster(spec: StackSpec) -> None:
             "use one of those versions, add the image to components/catalog/charts.json, "
             "or set platform.node_autoscaler to 'none'",
         )
-    if spec.platform.node_autoscaler == "karpenter" and _minor(cluster.kubernetes_version) > _minor(NEWEST_KUBERNETES):
+    if spec.platform.karpenter and _minor(cluster.kubernetes_version) > _minor(NEWEST_KUBERNETES):
         raise SpecError(
             "cluster.kubernetes_version",
             f"the pinned Karpenter supports Kubernetes up to {NEWEST_KUBERNETES} (its compatibility table, "
@@ -689,7 +689,7 @@ def _check_experts_layout(path: str, model: ModelServiceSpec, hardware: PoolHard
             f"{group} GPUs (tensor_parallel x data_parallel) share {experts} experts, so some would hold none",
             f"keep tensor_parallel x data_parallel at {experts} or less",
         )
-    backend = model.all2all_backend or "allgather_reducescatter"
+    backend = model.all2all_exchange
     reach = ALL2ALL_BACKENDS[backend]
     if model.multi_node and not (reach.crosses_nodes and reach.crosses_efa):
         where = (

@@ -38,6 +38,7 @@ All2AllBackend = Literal[
     "flashinfer_nvlink_two_sided",
     "flashinfer_nvlink_one_sided",
 ]
+VLLM_ALL2ALL_BACKEND = "allgather_reducescatter"  # ParallelConfig.all2all_backend's default in vLLM 0.33
 
 
 class Model(BaseModel):
@@ -778,6 +779,11 @@ class ModelServiceSpec(Model):
         return self
 
     @property
+    def all2all_exchange(self) -> str:
+        """The all-to-all backend vLLM runs: the spec's, else vLLM's default."""
+        return self.all2all_backend or VLLM_ALL2ALL_BACKEND
+
+    @property
     def data_parallel_per_node(self) -> int:
         return self.data_parallel_local or self.data_parallel
 
@@ -906,6 +912,11 @@ class PlatformSpec(Model):
     )
     keda: bool = Field(True, description="Install KEDA for model and worker autoscaling. Defaults to true.")
     leaderworkerset: bool = Field(True, description="Install LeaderWorkerSet for multi-node models. Defaults to true.")
+
+    @property
+    def karpenter(self) -> bool:
+        """Karpenter launches the GPU nodes (no GPU managed node groups)."""
+        return self.node_autoscaler == "karpenter"
 
 
 class ObservabilitySpec(Model):
