@@ -104,10 +104,14 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
                 f"{b['nodes']} node(s)" + (f" for {', '.join(b['reasons'])}" if b.get("reasons") else "")
                 + (f" from {b['schedule']} for {b['duration']}" if b.get("schedule") else "") for b in budgets
             )
+            drain = (
+                "serving pods keep Karpenter off their node" if disruption["serving_pods_block_disruption"]
+                else f"a drain waits up to {disruption['termination_grace_period']}"
+            )
             console.print(
                 f"  {pool['name']}: Karpenter consolidates {disruption['consolidation_policy']} after "
                 f"{disruption['consolidate_after']}, disruption budgets {limits}; nodes expire after "
-                f"{disruption['expire_after']} (drain up to {disruption['termination_grace_period']})",
+                f"{disruption['expire_after']}; {drain}",
                 highlight=False, soft_wrap=True,
             )
     for pool in plan["node_pools"]:
