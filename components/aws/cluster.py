@@ -2,7 +2,8 @@
 
 The cluster starts without self-managed add-ons; vpc-cni, kube-proxy, CoreDNS and the Pod Identity
 agent are EKS managed add-ons at the versions the catalog pins for the Kubernetes minor
-(catalog/eks_addons.json), so they move only with a cluster version bump. Authentication is API-only: access entries, no aws-auth ConfigMap.
+(catalog/eks_addons.json), so they move only with a cluster version bump; so is the node monitoring agent,
+configured by planning/node_health. Authentication is API-only: access entries, no aws-auth ConfigMap.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pulumi_aws import eks
 
 from inferstack.aws import iam as policies
 from inferstack.catalog.charts import eks_addon_versions
+from inferstack.planning import node_health
 from inferstack.spec import CreateCluster, StackSpec
 
 # Add-ons a node needs before it turns Ready (CNI, service routing, pod credentials).
@@ -164,6 +166,12 @@ class EksCluster(pulumi.ComponentResource):
             ),
         )
         dns = self._addon(name, cluster, DNS_ADDON, cluster_spec.kubernetes_version, after=[system_nodes])
+        if node_health.installs_agent(spec):
+            # Nothing waits for it: it only watches nodes, and its GPU half starts on each GPU node as it joins.
+            self._addon(
+                name, cluster, node_health.ADDON, cluster_spec.kubernetes_version, after=[system_nodes],
+                configuration_values=node_health.agent_configuration_json(spec),
+            )
 
         self.cluster_name = cluster.name
         self.endpoint = cluster.endpoint
@@ -215,6 +223,7 @@ class EksCluster(pulumi.ComponentResource):
         addon: str,
         kubernetes_version: str,
         after: Sequence[pulumi.Resource] = (),
+        configuration_values: str | None = None,
     ) -> eks.Addon:
         """A managed add-on at the version the catalog pins for this Kubernetes minor (the spec refuses a
         minor without pins)."""
@@ -223,6 +232,7 @@ class EksCluster(pulumi.ComponentResource):
             cluster_name=cluster.name,
             addon_name=addon,
             addon_version=eks_addon_versions()[kubernetes_version][addon],
+            configuration_values=configuration_values,
             resolve_conflicts_on_create="OVERWRITE",
             resolve_conflicts_on_update="OVERWRITE",
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)),

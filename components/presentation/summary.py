@@ -12,6 +12,7 @@ from inferstack.engine.recorder import Recording
 from inferstack.planning.cost import nodes_cost, stack_costs
 from inferstack.planning.node_groups import nodes_at, nodes_at_min
 from inferstack.planning.interruption import interruption_plan
+from inferstack.planning.node_health import node_health_plan
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
 from inferstack.planning.sizing import GIB, fit, kv_formula, parallel_layout
 from inferstack.presentation.pool_drawing import pack
@@ -444,6 +445,7 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         "throughput": throughput(spec),
         "rollouts": rollouts(spec),
         "interruption": interruption_plan(spec),
+        "node_health": node_health_plan(spec),
         "time_to_serving": time_to_serving(spec, recording),
         "outputs": sorted(recording.outputs),
         "policies": policy_results(spec, recording),

@@ -187,6 +187,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
         print_rollouts(plan["rollouts"], console)
     if plan.get("interruption"):
         print_interruption(plan["interruption"], console)
+    if plan.get("node_health"):
+        print_node_health(plan["node_health"], console)
     if plan.get("time_to_serving", {}).get("models"):
         print_time_to_serving(plan["time_to_serving"], console)
     if plan.get("policies"):
@@ -288,6 +290,18 @@ def print_interruption(interruption: dict[str, Any], console: Console) -> None:
         f"preStop included) of the {interruption['notice_seconds']} s notice, {verdict}",
         highlight=False, soft_wrap=True,
     )
+
+
+def print_node_health(health: dict[str, Any], console: Console) -> None:
+    """GPU node health: the agent that watches the GPUs, and per pool what replaces a sick node."""
+    agent = health["agent"]
+    console.print(
+        f"GPU node health: {agent['addon']} {agent['version']} add-on" if agent else "GPU node health: no agent installed",
+        markup=False, highlight=False, soft_wrap=True,
+    )
+    for pool in health["pools"]:
+        console.print(f"  {pool['pool']}: {pool['why']}; repair: {pool['repair']}", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def print_time_to_serving(times: dict[str, Any], console: Console) -> None:

@@ -320,8 +320,9 @@ class NodePoolSpec(Model):
     )
     auto_repair: bool = Field(
         True,
-        description="EKS node auto repair on the pool's node groups: a node that stays unhealthy is replaced, one "
-        "at a time, and repair pauses while more than 20% of a group is unhealthy. Defaults to true.",
+        description="Node auto repair (EKS on node groups, Karpenter's NodeRepair on NodePools): a node that stays "
+        "unhealthy is replaced, one at a time, and repair pauses while more than 20% of the pool is unhealthy. GPU "
+        "faults count only with platform.node_monitoring_agent. Defaults to true.",
     )
 
     _efa_bool = field_validator("efa", "nvme_cache", mode="before")(_bool_to_enabled)
@@ -909,6 +910,11 @@ class PlatformSpec(Model):
         default_factory=MaintenanceWindowSpec,
         description="Under Karpenter, when serving nodes may be replaced for drift, one at a time. Defaults to "
         "02:00-06:00 UTC.",
+    )
+    node_monitoring_agent: bool = Field(
+        True,
+        description="Install the EKS node monitoring agent add-on on a created cluster: it sets the node conditions "
+        "auto repair acts on (AcceleratedHardwareReady from DCGM on GPU nodes, except MIG pools'). Defaults to true.",
     )
     keda: bool = Field(True, description="Install KEDA for model and worker autoscaling. Defaults to true.")
     leaderworkerset: bool = Field(True, description="Install LeaderWorkerSet for multi-node models. Defaults to true.")

@@ -1,0 +1,122 @@
+"""GPU node health: where the EKS node monitoring agent watches the GPUs, what it is configured with, and what
+repairs a sick node.
+
+The agent (an EKS add-on) sets the node conditions node auto repair acts on; AcceleratedHardwareReady, the
+GPU one, is set only by it (shared/reference/karpenter.md sections 8 and B). It reads the GPUs through the
+DCGM host engine its `dcgm-server` DaemonSet runs (nv-hostengine, hostPort 5555), a second engine beside the
+one embedded in the GPU operator's dcgm-exporter. Two engines are safe because the agent watches no profiling
+field, and the profiling module is the one an engine holds exclusively per GPU (agent issue #256).
+
+MIG pools get neither the agent nor its engine: mig-manager enables MIG mode on every new node, and the GPU
+reset that needs fails while another process holds the GPU (mig-parted issue #181: "In use by another client
+... a monitoring application"). Keeping the engine off the node for the reset is no answer either, since the
+agent then reports DCGMError, which never clears (agent issue #266), and repair would replace the node in a
+loop. Those nodes are still repaired when they stop being Ready.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any, Mapping
+
+from inferstack.catalog.charts import eks_addon_versions
+from inferstack.conventions import POOL_LABEL
+from inferstack.spec import CreateCluster, MigSharing, NodePoolSpec, StackSpec
+
+FACTS: Mapping[str, Any] = json.loads(
+    files("inferstack.catalog").joinpath("node_monitoring_agent.json").read_text(encoding="utf-8")
+)
+ADDON = FACTS["addon"]
+GPU_CONDITION = "AcceleratedHardwareReady"
+_ARCH = "kubernetes.io/arch"
+
+
+@dataclass(frozen=True)
+class PoolHealth:
+    pool: str
+    gpu_monitored: bool
+    why: str              # what watches the pool's GPUs, or why nothing does
+    repair: str           # what replaces a sick node, or 'off'
+
+
+def installs_agent(spec: StackSpec) -> bool:
+    """The stack installs the add-on on clusters it creates; an existing cluster's add-ons are its owner's."""
+    return spec.platform.node_monitoring_agent and isinstance(spec.cluster, CreateCluster)
+
+
+def gpu_monitored(pool: NodePoolSpec) -> bool:
+    return not isinstance(pool.gpu_sharing, MigSharing)
+
+
+def pool_health(spec: StackSpec, pool: NodePoolSpec) -> PoolHealth:
+    provider = "Karpenter (NodeRepair)" if spec.platform.karpenter else "EKS node auto repair"
+    minutes = FACTS["repair_after_minutes"]
+    watched = installs_agent(spec) and gpu_monitored(pool)
+    if watched:
+        why = f"{ADDON} (DCGM: XID, ECC, NVLink, diagnostics) sets {GPU_CONDITION}"
+    elif not spec.platform.node_monitoring_agent:
+        why = "not watched: platform.node_monitoring_agent is off"
+    elif not isinstance(spec.cluster, CreateCluster):
+        why = f"watched only if the existing cluster runs the {ADDON} add-on"
+    else:
+        why = ("not watched: MIG nodes run no DCGM host engine, which would block the GPU reset mig-manager needs "
+               "to enable MIG mode")
+    if not pool.auto_repair:
+        repair = "off"
+    elif watched:
+        repair = (f"{provider} replaces a node {minutes[GPU_CONDITION]} min after {GPU_CONDITION} turns False, "
+                  f"{minutes['Ready']} min after it stops being Ready")
+    else:
+        repair = f"{provider} replaces a node {minutes['Ready']} min after it stops being Ready"
+    return PoolHealth(pool.name, watched, why, repair)
+
+
+def node_health_plan(spec: StackSpec) -> dict[str, Any]:
+    """The plan's statement: whether the agent is installed, and per pool what watches and repairs its nodes."""
+    return {
+        "agent": {"addon": ADDON, "version": eks_addon_versions()[spec.cluster.kubernetes_version][ADDON]}
+        if installs_agent(spec) else None,
+        "pools": [vars(pool_health(spec, pool)) for pool in spec.node_pools],
+    }
+
+
+def _kept_terms(architectures: list[str]) -> list[dict[str, Any]]:
+    """The upstream chart's placement terms, which an affinity override replaces and so must repeat."""
+    excluded = [
+        {"key": key, "operator": "NotIn", "values": list(values)}
+        for key, values in FACTS["agent_excluded_compute_types"].items()
+    ]
+    return [*excluded, {"key": _ARCH, "operator": "In", "values": list(architectures)}]
+
+
+def _required(terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": terms}]
+    }}}
+
+
+def agent_configuration(spec: StackSpec) -> dict[str, Any]:
+    """The add-on's configuration values (its schema: charts/configuration.schema.json at v1.7.0).
+
+    The agent runs on every node but MIG pools'. Its DCGM host engine runs on the GPU pools' other nodes (by
+    pool label, set when the node registers, so the engine is up inside the agent's one-minute start grace)
+    and tolerates every taint, as the agent does: the chart tolerates none and GPU nodes are tainted.
+    """
+    unwatched = sorted(pool.name for pool in spec.node_pools if not gpu_monitored(pool))
+    agent_terms = _kept_terms(FACTS["agent_architectures"])
+    if unwatched:
+        agent_terms.append({"key": POOL_LABEL, "operator": "NotIn", "values": unwatched})
+    engine_terms = [*_kept_terms(FACTS["dcgm_server_architectures"]), {"key": POOL_LABEL, "operator": "Exists"}]
+    if unwatched:
+        engine_terms.append({"key": POOL_LABEL, "operator": "NotIn", "values": unwatched})
+    return {
+        "nodeAgent": {"affinity": _required(agent_terms)},
+        "dcgmAgent": {"affinity": _required(engine_terms), "tolerations": [{"operator": "Exists"}]},
+    }
+
+
+def agent_configuration_json(spec: StackSpec) -> str:
+    """As EKS takes it: a JSON document, keys sorted so an unchanged spec never shows a diff."""
+    return json.dumps(agent_configuration(spec), sort_keys=True)
