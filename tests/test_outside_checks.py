@@ -9,7 +9,7 @@
   checks down to severity style.
 * parliament (duo-labs/parliament 1.6.4, with its community auditors) over every IAM policy document.
 
-Stacks: dev, prod and karpenter rendered through the CLI, the platform test spec (EFA, MIG and time slicing) and the AWS-layer
+Stacks: dev, prod, karpenter and serving rendered through the CLI, the platform test spec (EFA, MIG and time slicing) and the AWS-layer
 test spec, so every pool shape the tests know is covered.
 """
 
@@ -73,13 +73,14 @@ def renders(tmp_path_factory) -> dict[str, Render]:
         "dev": _cli_render("dev", tmp_path_factory.mktemp("dev")),
         "prod": _cli_render("prod", tmp_path_factory.mktemp("prod")),
         "karpenter": _cli_render("karpenter", tmp_path_factory.mktemp("karpenter")),
+        "serving": _cli_render("serving", tmp_path_factory.mktemp("serving")),
         "platform-spec": Render(kubernetes_objects(platform), registrations(platform.resources)),
         "aws-spec": Render([], registrations(aws.resources)),
     }
 
 
-RENDERS = ["dev", "prod", "karpenter", "platform-spec", "aws-spec"]
-KUBERNETES_RENDERS = ["dev", "prod", "karpenter", "platform-spec"]
+RENDERS = ["dev", "prod", "karpenter", "serving", "platform-spec", "aws-spec"]
+KUBERNETES_RENDERS = ["dev", "prod", "karpenter", "serving", "platform-spec"]
 
 
 # --- CEL -------------------------------------------------------------------------------------------------------

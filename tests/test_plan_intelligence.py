@@ -138,7 +138,9 @@ def test_a_first_replica_waits_for_its_node_and_weights(stacks):
     }
     for model in prod.values():
         parts = [p["part"] for p in model["first_replica"]]
-        assert parts == ["gpu_node"] * model["new_node"] + ["image_pull", "weights_s3_gb_per_s", "engine_start"]
+        assert parts == ["gpu_node"] * model["new_node"] + [
+            "image_pull", "weights_s3_gb_per_s", "weights_nvme_gb_per_s", "engine_warmup_cold"
+        ]
         assert model["weights_load_seconds"]["nvme"] < model["weights_load_seconds"]["s3"]
         replica = sum(p["seconds"] for p in model["first_replica"])
         assert model["critical_path"][-1]["seconds"] == pytest.approx(replica, abs=0.2)
@@ -228,7 +230,7 @@ def test_the_text_plan_prints_costs_assumptions_and_times(stacks):
     text = console.export_text()
     fp8 = next(row for row in plan["throughput"]["models"] if row["model"] == "llama-8b-fp8")
     for needle in ("60% off", "$/1M out", f"${fp8['usd_per_million_output_tokens']:.4f}", "Time to serving",
-                   "lower bound", "34m 38s", f"model: {plan['throughput']['accuracy']['short']}",
+                   "lower bound", "35m 43s", f"model: {plan['throughput']['accuracy']['short']}",
                    "first ready replica", "h100: its models' min replicas need 3 nodes"):
         assert needle in text, needle
     for assumption in ASSUMPTIONS:

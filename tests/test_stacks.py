@@ -30,7 +30,7 @@ def render_stack(tmp_path_factory):
     return render
 
 
-@pytest.fixture(params=["dev", "prod"])
+@pytest.fixture(params=["dev", "prod", "karpenter", "serving"])
 def rendered(request, render_stack) -> tuple[str, Path]:
     return request.param, render_stack(request.param)
 

@@ -58,9 +58,10 @@ def replicas_held(nodes: Iterable[tuple[int, Mapping[str, float]]], pod_request:
 
 
 def efa_requests(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, int]:
-    """EFA interfaces for a multi-node pod: its GPUs' share of the node's interfaces. Single-node
-    replicas talk over NVLink and leave the interfaces to the groups that need them."""
-    if not model.multi_node or not hardware.efa_interfaces:
+    """EFA interfaces for a pod that talks across nodes, a multi-node replica's or a prefill/decode engine's
+    (its KV cache moves over EFA): its GPUs' share of the node's interfaces. Other single-node replicas talk
+    over NVLink and leave the interfaces to the pods that need them."""
+    if not (model.multi_node or model.pd_role) or not hardware.efa_interfaces:
         return {}
     return {EFA_RESOURCE: max(1, hardware.efa_interfaces * model.gpus_per_pod // hardware.gpus_per_node)}
 

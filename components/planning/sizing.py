@@ -68,6 +68,8 @@ class Fit:
     max_model_len: int
     stated_sequences: int                  # the replica's: max_num_seqs (or 1) per data-parallel rank
     data_parallel: int = 1                 # ranks, each with its own sequences and KV cache
+    adapter_bytes_per_device: int = 0      # LoRA slots vLLM pre-allocates (planning/lora.py)
+    draft_bytes_per_device: int = 0        # a speculative draft model's weights (planning/speculative.py)
 
     @property
     def budget_bytes_per_device(self) -> int:
@@ -75,7 +77,9 @@ class Fit:
 
     @property
     def kv_cache_bytes_per_device(self) -> int:
-        return max(0, self.budget_bytes_per_device - self.weights_bytes_per_device - self.reserve_bytes_per_device)
+        taken = (self.weights_bytes_per_device + self.reserve_bytes_per_device + self.adapter_bytes_per_device
+                 + self.draft_bytes_per_device)
+        return max(0, self.budget_bytes_per_device - taken)
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -337,6 +341,9 @@ def stated_sequences(model: ModelServiceSpec) -> int:
 
 
 def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
+    # Imported here: both size their share with this module's byte facts.
+    from inferstack.planning import lora, speculative
+
     return Fit(
         devices=model.gpus_per_replica,
         device_memory_bytes=device_memory_bytes(model, hardware),
@@ -345,10 +352,13 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
         weights_bytes_per_device=weights_bytes_per_device(model),
         reserve_bytes_per_device=reserve_bytes_per_device(model, hardware),
         kv_bytes_per_token=kv_bytes_per_token(model),
-        kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model),
+        kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model)
+        + speculative.draft_kv_bytes_per_token_per_device(model, KV_BYTES[model.kv_cache_dtype]),
         max_model_len=model.max_model_len,
         stated_sequences=stated_sequences(model),
         data_parallel=model.data_parallel,
+        adapter_bytes_per_device=lora.adapter_bytes_per_device(model),
+        draft_bytes_per_device=speculative.draft_weights_bytes_per_device(model),
     )
 
 

@@ -47,9 +47,9 @@ RESERVATION_ID_KEY = "karpenter.k8s.aws/capacity-reservation-id"
 SERVING_EXPIRE_AFTER = "Never"
 BATCH_EXPIRE_AFTER = "720h"
 # An empty serving node is kept this long: a replica on a fresh node waits for the node, the image, the weights
-# from S3 and the engine start (planning/creation_times.py gpu_node, image_pull, weights_s3_gb_per_s,
-# engine_start), one on the node it left reads its weights from the NVMe cache, so a scale-down undone within
-# half an hour costs no reload.
+# from S3 and a warm-up with no compile cache (planning/creation_times.py gpu_node, image_pull,
+# weights_s3_gb_per_s, engine_warmup_cold); one on the node it left reads its weights and compile cache from the
+# NVMe (engine_warmup_warm), so a scale-down undone within half an hour costs no reload.
 SERVING_CONSOLIDATE_AFTER = "30m"
 # Batch nodes go as soon as they are idle or their jobs fit elsewhere; a job gets this long to finish or
 # checkpoint when its node drifts (without it, do-not-disrupt pods hold a drifted node forever). Serving pools

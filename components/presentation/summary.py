@@ -123,13 +123,18 @@ def weights_format(model, hardware: PoolHardware) -> dict[str, Any]:
 
 def placements(spec: StackSpec) -> list[dict[str, Any]]:
     rows = []
+    node_prices = {c.pool: c.on_demand_usd_per_node for c in stack_costs(spec)}
     for model in spec.models:
         hardware = PoolHardware(spec.pool(model.pool))
         result = fit(model, hardware)
         route = transport(model, hardware)
+        features = serving_features(model, result)
+        if (line := disaggregation_line(spec, model)) is not None:
+            features.insert(0, line)
         rows.append(
             {
                 "model": model.name,
+                "role": model.pd_role,
                 "pool": model.pool,
                 "auto_placed": model.name in spec.auto_placed,
                 "device": model.mig_profile or hardware.gpu.name,
@@ -150,9 +155,68 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "image": route.image,
                 "transport": route.kind,
                 "transport_detail": route.describe(),
+                "features": features,
+                # The engine's own share of its pool's on-demand price, per replica and at its replica range.
+                "usd_per_hour": engine_cost(model, hardware, node_prices[model.pool]),
             }
         )
     return rows
+
+
+def engine_cost(model, hardware: PoolHardware, node_price: float | None) -> dict[str, float] | None:
+    """On-demand $/h of the engine's GPUs: its replicas x GPUs at the node's price per GPU."""
+    if node_price is None:
+        return None
+    per_replica = node_price * model.gpus_per_replica / hardware.gpus_per_node
+    scaling = model.autoscaling
+    return {"replica": round(per_replica, 2), "min": round(per_replica * scaling.min_replicas, 2),
+            "max": round(per_replica * scaling.max_replicas, 2)}
+
+
+def disaggregation_line(spec: StackSpec, model) -> str | None:
+    """A disaggregated service's roles side by side: engines, GPUs, cost, and what moves between them."""
+    from inferstack.planning.disaggregation import NIXL_BACKENDS, prefill_name
+    from inferstack.planning.sizing import kv_bytes_per_token
+
+    if model.disaggregation is None:
+        return None
+    prices = {c.pool: c.on_demand_usd_per_node for c in stack_costs(spec)}
+    engines = {m.name: m for m in spec.models}
+    roles = []
+    for role, engine in (("prefill", engines[prefill_name(model.name)]), ("decode", model)):
+        hardware = PoolHardware(spec.pool(engine.pool))
+        cost = engine_cost(engine, hardware, prices[engine.pool])
+        price = f", ${cost['min']:.2f}-{cost['max']:.2f}/h" if cost else ""
+        roles.append(f"{role} {engine.autoscaling.min_replicas}-{engine.autoscaling.max_replicas} x "
+                     f"{engine.gpus_per_replica} {hardware.gpu.name} on {engine.pool}{price}")
+    return (f"prefill/decode: {'; '.join(roles)}; a prompt with {model.disaggregation.non_cached_tokens}+ tokens "
+            f"uncached on its decode pod is prefilled apart, its KV cache ({kv_bytes_per_token(model) / 1024:.0f} KiB "
+            f"a token) pulled by the decode engine over EFA (NIXL {'/'.join(NIXL_BACKENDS)})")
+
+
+def serving_features(model, result) -> list[str]:
+    """What the engine features take and do, one line each: LoRA slots, the speculative draft, the host KV tier."""
+    from inferstack.planning import kv_offload, lora, speculative
+
+    lines = []
+    if model.lora_adapters:
+        lines.append(
+            f"LoRA: {len(model.lora_adapters)} adapters ({', '.join(a.name for a in model.lora_adapters)}) routed by "
+            f"name, {lora.max_loras(model)} on the GPU at once at rank {lora.max_lora_rank(model)}: "
+            f"{result.adapter_bytes_per_device / GIB:.2f} GiB per GPU taken from the KV cache"
+        )
+    if model.speculative is not None:
+        draft = (f"a {result.draft_bytes_per_device / GIB:.2f} GiB draft per GPU" if result.draft_bytes_per_device
+                 else "no draft weights")
+        lines.append(f"speculative decoding: {draft}; {speculative.latency_note(model, model.autoscaling.max_replicas)}")
+    if model.kv_offload is not None:
+        lines.append(
+            f"host KV tier: {model.kv_offload.cpu_gib:g} GiB of pod memory, {kv_offload.tier_blocks(model)} blocks of "
+            f"{kv_offload.BLOCK_TOKENS} tokens ({kv_offload.tier_blocks(model) * kv_offload.BLOCK_TOKENS} tokens, "
+            f"{kv_offload.tier_blocks(model) * kv_offload.BLOCK_TOKENS / max(1, result.kv_tokens):.1f}x the GPU's), "
+            "scored by the endpoint picker's second prefix index"
+        )
+    return lines
 
 
 def rollouts(spec: StackSpec) -> dict[str, Any]:
@@ -291,6 +355,12 @@ def graph_resources(recording: Recording) -> list[dict[str, Any]]:
     ]
 
 
+def start_parts(parts: tuple[tuple[str, str, float], ...]) -> list[dict[str, Any]]:
+    """A replica's start (creation_times.replica_parts) as plan rows: the phase, its CREATION_TIMES entry (the
+    source), the seconds."""
+    return [{"part": key, "phase": phase, "seconds": round(seconds, 1)} for phase, key, seconds in parts]
+
+
 def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
     """From an empty account to each model's first ready replica: the program's longest chain of waits and
     its lower bound without needless ones (dependency_rule.DependencyRule), plus the waits a pod has in the
@@ -352,7 +422,9 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         replicas[replica] = {
             "model": model,
             "new_node": scale_up,
-            "parts": replica_parts(weights, "s3", new_node=scale_up),
+            "parts": replica_parts(weights, model.weight_loader, new_node=scale_up),
+            "cold_start": replica_parts(weights, model.weight_loader, new_node=True),
+            "warm_restart": replica_parts(weights, model.weight_loader, warm=True),
             "weights_seconds": {
                 source: round(weights / (CREATION_TIMES[f"weights_{source}_gb_per_s"].seconds * 1e9), 1)
                 for source in ("s3", "nvme")
@@ -361,7 +433,7 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
 
     def seconds(resource: st.Resource) -> float:
         replica = replicas.get(resource["name"])
-        return sum(s for _, s in replica["parts"]) if replica else typical_seconds(resource)
+        return sum(s for _, _, s in replica["parts"]) if replica else typical_seconds(resource)
 
     rule = DependencyRule(resources)
     result = st.time_to_serving(resources, targets, required=rule, seconds=seconds, runtime=runtime)
@@ -389,14 +461,19 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
                 "lower_bound_seconds": round(timing.lower_bound.seconds, 1),
                 "critical_path": chain(timing.program),
                 "lower_bound_path": chain(timing.lower_bound),
-                "first_replica": [{"part": key, "seconds": round(s, 1)} for key, s in replica["parts"]],
+                "first_replica": start_parts(replica["parts"]),
+                # The same replica on a new node, and restarted on the node it ran on (weights, compile cache kept).
+                "weight_loader": model.weight_loader,
+                "cold_start": start_parts(replica["cold_start"]),
+                "warm_restart": start_parts(replica["warm_restart"]),
                 "weights_load_seconds": replica["weights_seconds"],
                 "new_node": replica["new_node"],   # its first replica waits for a node beyond min scale
                 "scale_from_zero": model.autoscaling.min_replicas == 0,
             }
         )
     used = {step["creation_time"] for m in models for step in m["critical_path"]}
-    used |= {part["part"] for m in models for part in m["first_replica"]} | {"weights_nvme_gb_per_s"}
+    used |= {part["part"] for m in models for key in ("first_replica", "cold_start", "warm_restart") for part in m[key]}
+    used |= {"weights_nvme_gb_per_s"}
     return {
         "models": models,
         "needless_edges": [

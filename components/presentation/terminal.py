@@ -51,7 +51,8 @@ def duration(seconds: float) -> str:
 
 REPLICA_PARTS = {
     "gpu_node": "GPU node", "image_pull": "image pull", "weights_s3_gb_per_s": "weights from S3",
-    "weights_nvme_gb_per_s": "weights from NVMe", "engine_start": "engine start",
+    "weights_nvme_gb_per_s": "load from NVMe", "engine_warmup_cold": "warm-up, no compile cache",
+    "engine_warmup_warm": "warm-up, compile cache hit",
 }
 
 
@@ -166,6 +167,9 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
         for row in plan["placements"]:
             if row["transport"] != "in-node":
                 console.print(f"  {row['model']}: between its nodes, {row['transport_detail']}")
+        for row in plan["placements"]:
+            for line in row.get("features", []):
+                console.print(f"  {row['model']}: {line}", markup=False, highlight=False, soft_wrap=True)
 
     totals = plan["totals"]
     spot = plan["node_pools"][0]["spot_discount"] if plan["node_pools"] else 0
@@ -338,6 +342,7 @@ def print_time_to_serving(times: dict[str, Any], console: Console) -> None:
         steps.append(f"first ready replica {duration(model['critical_path'][-1]['seconds'])} ({parts})")
         console.print(f"  critical path to {model['model']}: " + " -> ".join(steps),
                       markup=False, highlight=False, soft_wrap=True)
+    print_start_split(times["models"], console)
     if times["needless_edges"]:
         console.print(
             f"  [yellow]{len(times['needless_edges'])} needless waits[/yellow] "
@@ -355,6 +360,24 @@ def print_time_to_serving(times: dict[str, Any], console: Console) -> None:
     )
     console.print(f"  typical times (sources in components/planning/creation_times.py and plan.json): {used}",
                   markup=False, highlight=False, soft_wrap=True)
+
+
+def print_start_split(models: list[dict[str, Any]], console: Console) -> None:
+    """Per model: a replica's start on a new node and restarted on the node it ran on, phase by phase; the
+    sources are the creation-time entries the plan lists."""
+    table = _table(
+        "Replica start: cold (new node) / warm restart (node kept: image, weights, compile cache on NVMe)",
+        ("model", "loader", "start", "total", "node boot, image pull, weight copy, load, warm-up"),
+        names=("model",),
+    )
+    for model in models:
+        for label, key in (("cold", "cold_start"), ("warm", "warm_restart")):
+            parts = model[key]
+            table.add_row(
+                model["model"], model["weight_loader"], label, duration(sum(p["seconds"] for p in parts)),
+                ", ".join(f"{p['phase']} {duration(p['seconds'])}" for p in parts),
+            )
+    console.print(table)
 
 
 def print_policy_results(policies: list[dict[str, Any]], console: Console | None = None, passing: bool = True) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import pulumi
@@ -36,7 +35,8 @@ from pulumi_kubernetes.yaml.v2 import ConfigFile
 
 from inferstack.catalog.charts import MANIFESTS, chart
 from inferstack.helm import helm_release
-from inferstack.serving import names, pods
+from inferstack.planning import kv_offload
+from inferstack.serving import disaggregation, names, pods
 from inferstack.serving.model_service import pool_selector
 from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import ModelServiceSpec, StackSpec
@@ -48,6 +48,9 @@ OBJECTIVE_API_VERSION = "llm-d.ai/v1alpha2"
 GATEWAY_GROUP, OBJECTIVE_GROUP = GATEWAY_API_VERSION.split("/")[0], OBJECTIVE_API_VERSION.split("/")[0]
 AGENTGATEWAY_POLICY_API_VERSION = "agentgateway.dev/v1alpha1"
 MODEL_HEADER = "X-Gateway-Model-Name"
+# The host KV tier's prefix index and its scorer (picker_config).
+HOST_TIER_PRODUCER = "host-tier-prefix-producer"
+HOST_TIER_SCORER = "host-tier-prefix-scorer"
 
 # The picker's image is released with the llm-d router; the catalog pins that release.
 EPP_IMAGE = f"ghcr.io/llm-d/llm-d-router-endpoint-picker:{chart('llm-d-router-gateway').app_version}"
@@ -66,24 +69,65 @@ INTERNAL_LOAD_BALANCER = {
 }
 
 
-@cache  # the same text for every model: dump it once
-def picker_config(prefix_cache: bool) -> str:
-    """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on.
+def picker_config(model: ModelServiceSpec, prefix_cache: bool) -> str:
+    """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on, LoRA affinity for a
+    service with adapters, and a second prefix index for its host KV tier.
 
-    The metrics data source and extractor the scorers read are injected by the picker itself.
+    The metrics data source and extractor the scorers read are injected by the picker itself, and so is the
+    GPU tier's prefix index (approx-prefix-cache-producer, tuned from the pods' metrics). The host tier's index
+    is sized to the blocks the tier holds and scored below the GPU's, whose hits cost no copy
+    (planning/kv_offload.py); lora-affinity-scorer prefers pods with the request's adapter loaded
+    (llm-d-router v0.10.0 scheduling/scorer/loraaffinity).
     """
+    plugins: list[dict[str, Any]] = []
     scorers = [("queue-scorer", 2), ("kv-cache-utilization-scorer", 2)]
     if prefix_cache:
         scorers.append(("prefix-cache-scorer", 3))
-    config = {
-        "apiVersion": "llm-d.ai/v1alpha1",
-        "kind": "EndpointPickerConfig",
-        "plugins": [{"type": scorer} for scorer, _ in scorers],
-        "schedulingProfiles": [
-            {"name": "default", "plugins": [{"pluginRef": scorer, "weight": weight} for scorer, weight in scorers]}
-        ],
-    }
+        if model.kv_offload is not None:
+            plugins.append({
+                "type": "approx-prefix-cache-producer", "name": HOST_TIER_PRODUCER,
+                "parameters": {"autoTune": False, "blockSizeTokens": kv_offload.BLOCK_TOKENS,
+                               "lruCapacityPerServer": kv_offload.tier_blocks(model)},
+            })
+            plugins.append({"type": "prefix-cache-scorer", "name": HOST_TIER_SCORER,
+                            "parameters": {"prefixMatchInfoProducerName": HOST_TIER_PRODUCER}})
+            scorers.append((HOST_TIER_SCORER, 2))
+    if model.lora_adapters:
+        scorers.append(("lora-affinity-scorer", 2))
+    named = {plugin["name"] for plugin in plugins}
+    plugins += [{"type": scorer} for scorer, _ in scorers if scorer not in named]
+    profile = [{"pluginRef": scorer, "weight": weight} for scorer, weight in scorers]
+    profiles = [{"name": "default", "plugins": profile}]
+    if model.disaggregation is not None:
+        plugins, profiles = disaggregated_profiles(model, plugins, profile)
+    config = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig", "plugins": plugins,
+              "schedulingProfiles": profiles}
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def disaggregated_profiles(
+    model: ModelServiceSpec, plugins: list[dict[str, Any]], scorers: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """llm-d-router v0.10.0's P/D scheduling (deploy/config/pd-epp-config.yaml; profilehandler/disagg/README.md):
+    disagg-profile-handler runs the decode profile and, when prefix-based-pd-decider finds at least
+    `non_cached_tokens` of the prompt uncached on the chosen decode pod, the prefill profile; each profile keeps
+    only its role's pods (prefill-filter, decode-filter on llm-d.ai/role) and picks the best-scored one."""
+    assert model.disaggregation is not None
+    plugins = [
+        *plugins,
+        {"type": "prefill-filter"},
+        {"type": "decode-filter"},
+        {"type": "max-score-picker"},
+        {"type": "prefix-based-pd-decider",
+         "parameters": {"nonCachedTokens": model.disaggregation.non_cached_tokens}},
+        {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "prefix-based-pd-decider"}}},
+    ]
+    profiles = [
+        {"name": role, "plugins": [{"pluginRef": f"{role}-filter"}, {"pluginRef": "max-score-picker"},
+                                   *(dict(scorer) for scorer in scorers)]}
+        for role in ("prefill", "decode")
+    ]
+    return plugins, profiles
 
 
 def picker_args(spec: StackSpec, model: ModelServiceSpec) -> list[str]:
@@ -140,7 +184,8 @@ def picker_pod_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
 
 def inference_pool_spec(model: ModelServiceSpec) -> dict[str, Any]:
     return {
-        "selector": {"matchLabels": pool_selector(model)},
+        "selector": {"matchLabels": disaggregation.inference_pool_selector(model.name) if model.pd_role == "decode"
+                     else pool_selector(model)},
         "targetPorts": [{"number": VLLM_PORT}],
         "appProtocol": "http",
         # Without a picker the gateway still spreads requests over the pool's pods.
@@ -158,11 +203,13 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
         "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": spec.gateway.name}],
         "rules": [
             {
+                # The model and each of its LoRA adapters, which requests name as their model.
                 "matches": [
                     {
                         "path": {"type": "PathPrefix", "value": "/"},
-                        "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": model.name}],
+                        "headers": [{"type": "Exact", "name": MODEL_HEADER, "value": served}],
                     }
+                    for served in (model.name, *(adapter.name for adapter in model.lora_adapters))
                 ],
                 "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.client_service(model)}],
                 "timeouts": {"request": f"{spec.gateway.request_timeout_seconds}s"},
@@ -218,7 +265,7 @@ class ModelRoute(pulumi.ComponentResource):
         config = ConfigMap(
             f"{name}-epp-config",
             metadata={"name": picker, "namespace": namespace, "labels": labels},
-            data={EPP_CONFIG_FILE: picker_config(spec.gateway.prefix_cache_routing)},
+            data={EPP_CONFIG_FILE: picker_config(model, spec.gateway.prefix_cache_routing)},
             opts=child,
         )
         Service(
@@ -336,6 +383,7 @@ class InferenceGateway(pulumi.ComponentResource):
                 opts=child,
             )
             for model in spec.models
+            if model.pd_role != "prefill"   # a disaggregated service's prefill engines sit in its InferencePool
         }
         self.register_outputs({"gateway": gateway.name, "class": gateway.implementation, "pools": list(self.routes)})
 

@@ -29,12 +29,13 @@ from inferstack.conventions import (
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
 )
+from inferstack.planning import lora
 from inferstack.planning.pool_capacity import efa_requests, gpu_requests, pool_cache_budget_bytes
 from inferstack.planning.rollout import rollout
 from inferstack.planning.interruption import SERVING_BUDGET
-from inferstack.serving import names, pods
+from inferstack.serving import disaggregation, names, pods
 from inferstack.serving.transport import Transport, transport
-from inferstack.serving.vllm_args import VLLM_PORT, serve_argv
+from inferstack.serving.vllm_args import DECODE_ENGINE_PORT, VLLM_PORT, serve_argv
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
@@ -88,10 +89,10 @@ def startup_failure_threshold(model: ModelServiceSpec) -> int:
     return math.ceil(load_seconds(model) * 1.5 / PROBE_PERIOD_SECONDS)
 
 
-def _probes(model: ModelServiceSpec) -> dict[str, Any]:
+def _probes(model: ModelServiceSpec, port: str = "http") -> dict[str, Any]:
     def health(period: int, failures: int, timeout: int) -> dict[str, Any]:
         return {
-            "httpGet": {"path": "/health", "port": "http"},
+            "httpGet": {"path": "/health", "port": port},
             "periodSeconds": period,
             "timeoutSeconds": timeout,
             "failureThreshold": failures,
@@ -132,30 +133,61 @@ def pod_annotations(spec: StackSpec, route: Transport) -> dict[str, Any]:
     return {"annotations": annotations} if annotations else {}
 
 
+def vllm_command(
+    model: ModelServiceSpec, hardware: PoolHardware, role: Literal["single", "leader", "worker"],
+    weights_bucket: pulumi.Input[str],
+) -> tuple[list[str], list[str] | pulumi.Output[list[str]]]:
+    """(command, args) of the vLLM container: `vllm serve` on the weights version the NVMe cache holds (through
+    the pin script), or, for weight_loader s3_stream, on the weights' s3:// URI (the bucket may be an output)."""
+    if model.weight_loader == "local":
+        argv = pods.pinned_weights(serve_argv(model, hardware, pods.model_path(model), role=role))
+        return argv[:2], argv[2:]
+    args = pulumi.Output.from_input(weights_bucket).apply(
+        lambda bucket: serve_argv(model, hardware, pods.s3_weights_uri(model, bucket), role=role)[2:]
+    )
+    return ["vllm", "serve"], args
+
+
 def pod_spec(
-    spec: StackSpec, model: ModelServiceSpec, hardware: PoolHardware, role: Literal["single", "leader", "worker"]
+    spec: StackSpec, model: ModelServiceSpec, hardware: PoolHardware, role: Literal["single", "leader", "worker"],
+    weights_bucket: pulumi.Input[str],
 ) -> dict[str, Any]:
-    """The pod of one replica (single) or of one node of a multi-node replica (leader, worker)."""
+    """The pod of one replica (single) or of one node of a multi-node replica (leader, worker).
+
+    Every pod keeps vLLM's compile cache on the node (pods.compile_cache_dir), so a restart on the same node
+    skips torch.compile; with weight_loader local the pre-fetch init container fills the NVMe cache first,
+    with s3_stream there is none and vLLM streams the weights from S3 under the same model-reader identity.
+    """
     millicores, memory = pods.host_resources(model, hardware)
     extended = {**gpu_requests(model, hardware), **efa_requests(model, hardware)}
     route = transport(model, hardware)
-    env = pods.vllm_env(model, route.image)
+    local = model.weight_loader == "local"
+    env = pods.vllm_env(model, route.image, compile_cache=True, region=None if local else spec.region)
     if role != "single":
         env += _multi_node_env(route)
-    argv = pods.pinned_weights(serve_argv(model, hardware, pods.model_path(model), role=role))
+    command, args = vllm_command(model, hardware, role, weights_bucket)
     container: dict[str, Any] = {
         "name": "vllm",
         "image": route.image,
-        "command": argv[:2],
-        "args": argv[2:],
+        "command": command,
+        "args": args,
         "env": env,
         "resources": pods.resources(millicores, memory, extended),
         "securityContext": pods.vllm_security_context(route.image),
-        "volumeMounts": pods.vllm_mounts(route.image),
+        "volumeMounts": pods.vllm_mounts(
+            route.image, local_weights=local, compile_cache=True, adapters=bool(model.lora_adapters)
+        ),
         "lifecycle": {"preStop": {"sleep": {"seconds": SERVING_BUDGET.pre_stop_seconds}}},
     }
-    if role != "worker":
-        container["ports"] = [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}]
+    if model.pd_role is not None:
+        container["env"] = [*env, *disaggregation.side_channel_env()]
+        container["ports"] = [disaggregation.side_channel_port()]
+    if model.pd_role == "decode":
+        # vLLM behind the routing sidecar, which takes the service port ("http").
+        container["ports"].insert(0, {"name": "engine", "containerPort": DECODE_ENGINE_PORT, "protocol": "TCP"})
+        container.update(_probes(model, "engine"))
+    elif role != "worker":
+        container["ports"] = [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}, *container.get("ports", [])]
         container.update(_probes(model))
     spread = pods.selector_labels(model.name) if role == "single" else None
     return {
@@ -166,9 +198,22 @@ def pod_spec(
         "terminationGracePeriodSeconds": SERVING_BUDGET.grace_seconds,  # inside the spot notice
         "securityContext": dict(pods.POD_SECURITY),
         **pods.placement(hardware, prefer_capacity=pods.preferred_capacity(model.tier), spread_labels=spread),
-        "initContainers": [pods.prefetch_init_container(spec.region, millicores, memory)],
+        "initContainers": [
+            *([pods.prefetch_init_container(spec.region, millicores, memory)] if local else []),
+            *(
+                pods.prefetch_init_container(
+                    spec.region, millicores, memory, name=f"prefetch-lora-{i}", script=lora.adapter_script(a.name)
+                )
+                for i, a in enumerate(model.lora_adapters)
+            ),
+            pods.compile_cache_init_container(route.image),
+            *([disaggregation.routing_sidecar()] if model.pd_role == "decode" else []),
+        ],
         "containers": [container],
-        "volumes": pods.cache_volumes(names.prefetch_config_map(model.name), memory),
+        "volumes": pods.cache_volumes(
+            names.prefetch_config_map(model.name) if local or model.lora_adapters else None, memory,
+            compile_cache=pods.compile_cache_dir(model), local_weights=local,
+        ),
     }
 
 
@@ -183,6 +228,20 @@ def prefetch_script(
             cache_budget_bytes=budget,
         )
     )
+
+
+def adapter_scripts(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, str]:
+    """Per LoRA adapter, a pre-fetch script publishing its S3 prefix in the node's cache (lora.adapter_path),
+    versioned by content like the weights and within the same cache budget."""
+    budget = pool_cache_budget_bytes(hardware)
+    scripts = {}
+    for adapter in model.lora_adapters:
+        bucket, _, prefix = adapter.weights.removeprefix("s3://").partition("/")
+        scripts[lora.adapter_script(adapter.name)] = render_prefetch_script(
+            bucket=bucket, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=lora.adapter_key(model, adapter.name),
+            cache_budget_bytes=budget,
+        )
+    return scripts
 
 
 class ModelService(pulumi.ComponentResource):
@@ -200,25 +259,29 @@ class ModelService(pulumi.ComponentResource):
         queue_labels = pods.kueue_labels(spec, "serving", model.pool, model.tier)
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
 
-        config_map = ConfigMap(
+        # The pre-fetch and pin scripts for weights read from the NVMe cache (not s3_stream), and one pre-fetch
+        # script per LoRA adapter.
+        scripts: dict[str, Any] = {}
+        if model.weight_loader == "local":
+            scripts["prefetch.sh"] = prefetch_script(model, hardware, args.weights_bucket)
+            scripts[PIN_SCRIPT] = render_pin_script(pods.model_path(model))
+        scripts.update(adapter_scripts(model, hardware))
+        prefetch = [ConfigMap(
             f"{name}-prefetch",
             metadata={"name": names.prefetch_config_map(model.name), "namespace": namespace, "labels": labels},
-            data={
-                "prefetch.sh": prefetch_script(model, hardware, args.weights_bucket),
-                PIN_SCRIPT: render_pin_script(pods.model_path(model)),
-            },
+            data=scripts,
             opts=child,
-        )
+        )] if scripts else []
         scaled = model.autoscaling.max_replicas > model.autoscaling.min_replicas
         workload_opts = pulumi.ResourceOptions.merge(
             child,
             # KEDA owns the replica count once the workload exists.
             pulumi.ResourceOptions(
-                depends_on=[config_map, *args.workload_depends_on], ignore_changes=["spec.replicas"] if scaled else None
+                depends_on=[*prefetch, *args.workload_depends_on], ignore_changes=["spec.replicas"] if scaled else None
             ),
         )
         metadata = {"name": names.workload(model), "namespace": namespace, "labels": {**labels, **queue_labels}}
-        pod_labels = {**labels, **queue_labels}
+        pod_labels = {**labels, **queue_labels, **disaggregation.role_labels(model)}
         self.target = scale_target(model)
         strategy = rollout(spec, model)   # surge only where a spare replica fits the pool at max size
         if model.multi_node:
@@ -237,11 +300,11 @@ class ModelService(pulumi.ComponentResource):
                         "restartPolicy": "RecreateGroupOnPodRestart",
                         "leaderTemplate": {
                             "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "leader"}, **group_annotations},
-                            "spec": pod_spec(spec, model, hardware, "leader"),
+                            "spec": pod_spec(spec, model, hardware, "leader", args.weights_bucket),
                         },
                         "workerTemplate": {
                             "metadata": {"labels": {**pod_labels, pods.ROLE_LABEL: "worker"}, **group_annotations},
-                            "spec": pod_spec(spec, model, hardware, "worker"),
+                            "spec": pod_spec(spec, model, hardware, "worker", args.weights_bucket),
                         },
                     },
                 },
@@ -259,7 +322,7 @@ class ModelService(pulumi.ComponentResource):
                     "selector": {"matchLabels": pods.selector_labels(model.name)},
                     "template": {
                         "metadata": {"labels": pod_labels, **pod_annotations(spec, transport(model, hardware))},
-                        "spec": pod_spec(spec, model, hardware, "single"),
+                        "spec": pod_spec(spec, model, hardware, "single", args.weights_bucket),
                     },
                 },
                 opts=workload_opts,
@@ -271,7 +334,10 @@ class ModelService(pulumi.ComponentResource):
                 "type": "ClusterIP",
                 "selector": pool_selector(model),
                 "ports": [
-                    {"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}
+                    # A decode engine's "http" is its routing sidecar's port, a native sidecar's: given by number, so
+                    # it never depends on how the endpoints controller resolves init containers' port names.
+                    {"name": "http", "port": VLLM_PORT, "targetPort": VLLM_PORT if model.pd_role == "decode" else "http",
+                     "protocol": "TCP", "appProtocol": "http"}
                 ],
             },
             opts=child,

@@ -5,8 +5,9 @@ Plain dicts in the Kubernetes API's own (camelCase) shape, so tests read them as
 
 Security choices, once for all serving pods:
 * vLLM runs as the image's own non-root user (`vllm`, uid 2000, gid 0 in vLLM 0.33's images: the
-  catalog's `vllm_images.json`), with HOME and the torch/Triton compile caches on an emptyDir: the
-  upstream image runs as root, but nothing it does needs root. USER and LOGNAME name that user, so
+  catalog's `vllm_images.json`), with HOME on an emptyDir and vLLM's compile cache (VLLM_CACHE_ROOT) on a
+  per-service hostPath beside the weights cache, opened to its group by a root init container that drops every
+  capability: the upstream image runs as root, but nothing it does needs root. USER and LOGNAME name that user, so
   `getpass.getuser()` never falls back to a passwd lookup, which raises KeyError for a uid the image
   does not list (a team's own image run as this uid). Its root filesystem stays writable because
   FlashInfer and others write JIT caches under paths we do not control.
@@ -34,6 +35,7 @@ from inferstack.conventions import (
     MANAGED_BY,
     MODEL_CACHE_HOST_PATH,
     MODEL_CACHE_MOUNT,
+    NVME_MOUNT,
     POOL_LABEL,
 )
 from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, QueuesSpec, StackSpec, TimeSlicing
@@ -47,6 +49,10 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 ROLE_LABEL = "inferstack.dev/role"  # leader | worker, on the pods of a multi-node replica
 
 WEIGHTS_SCRIPTS_MOUNT = "/opt/inferstack"  # the pre-fetch ConfigMap, in the vLLM container
+# vLLM's compile cache (VLLM_CACHE_ROOT) on the node's NVMe, one directory per model service: beside the
+# weights cache, not in it, so the pre-fetch's budget and eviction never see it.
+COMPILE_CACHE_HOST_DIR = f"{NVME_MOUNT}/compile-cache"
+COMPILE_CACHE_MOUNT = "/compile-cache"
 # Host share a pod may request: the rest of the node goes to the kubelet, system reserve and DaemonSets.
 HOST_SHARE = 0.75
 MAX_SHM_BYTES = 16 * 1024**3
@@ -241,22 +247,68 @@ def model_path(model: ModelServiceSpec) -> str:
     return f"{MODEL_CACHE_MOUNT}/{model_key(model)}"
 
 
-def cache_volumes(prefetch_config_map: str, memory: int) -> list[dict[str, Any]]:
-    return [
-        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}},
-        {"name": "prefetch", "configMap": {"name": prefetch_config_map, "defaultMode": 0o555}},
+def s3_weights_uri(model: ModelServiceSpec, weights_bucket: str) -> str:
+    """The weights prefix as the s3:// URI vLLM streams from (weight_loader s3_stream); `weights_bucket` is the
+    stack's, used when the spec names none."""
+    bucket, prefix = weights_location(model)
+    return f"s3://{bucket or weights_bucket}/{prefix}"
+
+
+def compile_cache_dir(model: ModelServiceSpec) -> str:
+    """The service's compile-cache directory on the node. Per service, not per weights location: vLLM hashes its
+    config, code and environment into `torch_compile_cache/<hash>` (vllm/compilation/backends.py), so services
+    could share one root safely, but per service only its pods (one uid) write there and no service can plant
+    artifacts another loads. Without the NVMe cache (`nvme_cache.enabled: false`) the path lies on the root EBS
+    volume: it still survives pod restarts on the node, read at EBS speed."""
+    return f"{COMPILE_CACHE_HOST_DIR}/{model.name}"
+
+
+def cache_volumes(
+    prefetch_config_map: str | None, memory: int, *, compile_cache: str | None = None, local_weights: bool = True,
+) -> list[dict[str, Any]]:
+    """The pod's volumes: the NVMe cache and the pre-fetch scripts (when anything is pre-fetched: the weights
+    unless vLLM streams them from S3, or LoRA adapters), the compile cache when given (a hostPath, kept across
+    pod restarts), shared memory, HOME and /tmp."""
+    volumes: list[dict[str, Any]] = []
+    if local_weights or prefetch_config_map is not None:
+        volumes.append({"name": "model-cache", "hostPath": {"path": MODEL_CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
+    if prefetch_config_map is not None:
+        volumes.append({"name": "prefetch", "configMap": {"name": prefetch_config_map, "defaultMode": 0o555}})
+    if compile_cache is not None:
+        volumes.append({"name": "compile-cache", "hostPath": {"path": compile_cache, "type": "DirectoryOrCreate"}})
+    return volumes + [
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": memory_quantity(shm_bytes(memory))}},
         {"name": "home", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
     ]
 
 
-def prefetch_init_container(region: str, millicores: int, memory: int) -> dict[str, Any]:
-    """Copies the weights from S3 to the node's NVMe cache (a no-op on a warm node) before vLLM starts."""
+def compile_cache_init_container(image: str) -> dict[str, Any]:
+    """Opens the compile-cache directory (created root:root 0755 by the kubelet) to group 0, vLLM's group in every
+    catalogued image (`vllm_images.json`: uid 2000, gid 0): uid 0 as the directory's owner needs no capability to
+    chmod it, so this container drops them all like every other. The vLLM image, which the pod pulls anyway."""
+    user = vllm_user(image)
+    if user.gid != 0:
+        raise ValueError(f"image {image!r} runs vLLM as gid {user.gid}: the compile cache is opened to group 0 only")
     return {
-        "name": "prefetch-weights",
+        "name": "compile-cache-access",
+        "image": image,
+        "command": ["chmod", "0770", COMPILE_CACHE_MOUNT],
+        "resources": resources(100, 64 * 1024**2),
+        "securityContext": root_init_security_context(),
+        "volumeMounts": [{"name": "compile-cache", "mountPath": COMPILE_CACHE_MOUNT}],
+    }
+
+
+def prefetch_init_container(
+    region: str, millicores: int, memory: int, *, name: str = "prefetch-weights", script: str = "prefetch.sh"
+) -> dict[str, Any]:
+    """Copies the weights (or a LoRA adapter) from S3 to the node's NVMe cache (a no-op on a warm node) before
+    vLLM starts."""
+    return {
+        "name": name,
         "image": IMAGES["aws-cli"],
-        "command": ["/bin/bash", "/scripts/prefetch.sh"],
+        "command": ["/bin/bash", f"/scripts/{script}"],
         "env": [{"name": "AWS_REGION", "value": region}, {"name": "HOME", "value": "/tmp"}],
         "resources": resources(millicores, memory),
         "securityContext": root_init_security_context(),
@@ -268,11 +320,18 @@ def prefetch_init_container(region: str, millicores: int, memory: int) -> dict[s
     }
 
 
-def vllm_env(model: ModelServiceSpec, image: str) -> list[dict[str, Any]]:
-    """HOME and the compile caches on an emptyDir for the non-root user, who is named in USER/LOGNAME;
-    no telemetry; the Hugging Face token only from a Secret.
+def vllm_env(
+    model: ModelServiceSpec, image: str, *, compile_cache: bool = False, region: str | None = None
+) -> list[dict[str, Any]]:
+    """HOME on an emptyDir for the non-root user, who is named in USER/LOGNAME; the compile caches on the
+    node's compile-cache volume (`compile_cache`) or on that emptyDir; the AWS region for the S3 streamer
+    (`region`, weight_loader s3_stream); no telemetry; the Hugging Face token only from a Secret.
 
-    Weights come from the local cache, so without a token the Hub is never contacted.
+    With the compile-cache volume, VLLM_CACHE_ROOT points at it (vllm/envs.py: default ~/.cache/vllm) and
+    TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR are left unset: vLLM sets both under
+    `torch_compile_cache/<hash>` itself, but keeps a TRITON_CACHE_DIR the caller sets
+    (vllm/compilation/compiler_interface.py initialize_inductor_cache), which would leave Triton's kernels
+    on the emptyDir. Weights come from the local cache or S3, so without a token the Hub is never contacted.
     """
     user = vllm_user(image)
     env: list[dict[str, Any]] = [
@@ -280,8 +339,19 @@ def vllm_env(model: ModelServiceSpec, image: str) -> list[dict[str, Any]]:
         {"name": "USER", "value": user.name},
         {"name": "LOGNAME", "value": user.name},
         {"name": "HF_HOME", "value": f"{user.home}/.cache/huggingface"},
-        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{user.home}/.cache/torchinductor"},
-        {"name": "TRITON_CACHE_DIR", "value": f"{user.home}/.cache/triton"},
+    ]
+    if compile_cache:
+        env.append({"name": "VLLM_CACHE_ROOT", "value": COMPILE_CACHE_MOUNT})
+    else:
+        env += [
+            {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{user.home}/.cache/torchinductor"},
+            {"name": "TRITON_CACHE_DIR", "value": f"{user.home}/.cache/triton"},
+        ]
+    if region is not None:
+        # The streamer's S3 client (AWS SDK) takes the region from the environment; credentials come from
+        # EKS Pod Identity, which injects its container-credentials variables into every container.
+        env += [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region}]
+    env += [
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
@@ -298,10 +368,19 @@ def pinned_weights(argv: list[str]) -> list[str]:
     return ["/bin/bash", f"{WEIGHTS_SCRIPTS_MOUNT}/{PIN_SCRIPT}", *argv]
 
 
-def vllm_mounts(image: str) -> list[dict[str, Any]]:
-    return [
-        {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True},
-        {"name": "prefetch", "mountPath": WEIGHTS_SCRIPTS_MOUNT, "readOnly": True},
+def vllm_mounts(
+    image: str, *, local_weights: bool = True, compile_cache: bool = False, adapters: bool = False
+) -> list[dict[str, Any]]:
+    """The NVMe cache (for local weights or LoRA adapters) and the pin script (local weights), the compile
+    cache when the pod has one, shared memory and HOME."""
+    mounts: list[dict[str, Any]] = []
+    if local_weights or adapters:
+        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True})
+    if local_weights:
+        mounts.append({"name": "prefetch", "mountPath": WEIGHTS_SCRIPTS_MOUNT, "readOnly": True})
+    if compile_cache:
+        mounts.append({"name": "compile-cache", "mountPath": COMPILE_CACHE_MOUNT})
+    return mounts + [
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "home", "mountPath": vllm_user(image).home},  # an emptyDir over the image's own home
     ]

@@ -42,10 +42,11 @@ def crosses_efa(model: ModelServiceSpec, hardware: PoolHardware) -> bool:
 
 
 def serving_image(model: ModelServiceSpec, hardware: PoolHardware) -> str:
-    """The spec's image, else vLLM's EFA build for a replica across EFA nodes, else the stock image."""
+    """The spec's image, else vLLM's EFA build for a replica across EFA nodes or a prefill/decode engine (its
+    NIXL has the LIBFABRIC plugin), else the stock image."""
     if model.image is not None:
         return model.image
-    return DEFAULT_EFA_VLLM_IMAGE if crosses_efa(model, hardware) else DEFAULT_VLLM_IMAGE
+    return DEFAULT_EFA_VLLM_IMAGE if crosses_efa(model, hardware) or model.pd_role else DEFAULT_VLLM_IMAGE
 
 
 def image_carries_efa(model: ModelServiceSpec, hardware: PoolHardware) -> bool:

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 from typing import Literal
 
+from inferstack.planning.disaggregation import kv_transfer_args
+from inferstack.planning.kv_offload import kv_offload_args
+from inferstack.planning.lora import lora_args
 from inferstack.planning.quantization import vllm_quantization
+from inferstack.planning.speculative import speculative_args
 from inferstack.spec import ModelServiceSpec, MpsSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 
 VLLM_PORT = 8000
+# A decode engine of a disaggregated service listens here, behind the llm-d routing sidecar on VLLM_PORT
+# (llm-d-router v0.10.0 pkg/sidecar/proxy/options.go: --port 8000, --model-server-port 8200).
+DECODE_ENGINE_PORT = 8200
 Role = Literal["single", "leader", "worker"]
 
 
@@ -70,6 +77,7 @@ def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role =
     else:
         args.append("--enable-prefix-caching" if model.enable_prefix_caching else "--disable-prefix-caching")
         args.append("--enable-chunked-prefill" if model.enable_chunked_prefill else "--disable-chunked-prefill")
+    args += [*speculative_args(model), *lora_args(model), *kv_offload_args(model), *kv_transfer_args(model)]
     if role != "single":
         args += [
             "--distributed-executor-backend", "mp",
@@ -84,10 +92,26 @@ def serve_argv(model: ModelServiceSpec, hardware: PoolHardware, model_path: str,
     """`vllm serve` for one pod: the whole replica ("single"), or the leader / a headless worker of a group."""
     if (role == "single") == model.multi_node:
         raise ValueError(f"role {role!r} does not match the {model.nodes_per_replica} node(s) of a {model.name} replica")
-    argv = ["vllm", "serve", model_path, *engine_args(model, hardware, role=role)]
+    argv = ["vllm", "serve", model_path, *engine_args(model, hardware, role=role), *loader_args(model)]
     if role == "worker":
         return [*argv, "--headless"]
-    return [*argv, "--port", str(VLLM_PORT)]
+    return [*argv, "--port", str(engine_port(model))]
+
+
+def engine_port(model: ModelServiceSpec) -> int:
+    """Where vLLM itself listens: behind the routing sidecar on a decode engine, else the service port."""
+    return DECODE_ENGINE_PORT if model.pd_role == "decode" else VLLM_PORT
+
+
+def loader_args(model: ModelServiceSpec) -> list[str]:
+    """How vLLM reads the weights: by default from the local path it is given (the NVMe cache); for s3_stream,
+    the Run:ai streamer from the s3:// URI given as the model. vLLM would switch `auto` to the streamer for an
+    object URI itself and refuses any other format but modelexpress / runai_streamer(_sharded) there
+    (vllm/config/vllm.py, the model_weights check); the flag is explicit so the command says what it does.
+    No --model-loader-extra-config: its concurrency (one of the only keys the loader accepts: distributed,
+    concurrency, memory_limit, vllm/model_executor/model_loader/runai_streamer_loader.py) keeps the streamer's
+    default."""
+    return ["--load-format", "runai_streamer"] if model.weight_loader == "s3_stream" else []
 
 
 def run_batch_argv(

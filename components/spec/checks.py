@@ -22,6 +22,7 @@ from inferstack.spec.cluster_access import check_cluster_access
 from inferstack.spec.cron import schedule_problem, time_zone_problem
 from inferstack.spec.errors import SpecError, did_you_mean, quoted
 from inferstack.spec.models import (
+    NAME_MAX_LENGTH,
     AUTO,
     SIXTEEN_BIT,
     BatchJobSpec,
@@ -54,9 +55,15 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     for i in range(len(spec.models)):
         _check_auto_fields(spec, i, pools)
         _check_quantization(spec, i)
+    from inferstack.planning.disaggregation import expand as expand_engines, prefill_engine
+
     models = resolve_models(spec, pools)
     for i, model in enumerate(models):
-        _check_model(spec, i, model, pools)
+        _check_model(spec, f"models[{i}]", model, pools)
+        if model.disaggregation is not None:
+            _check_disaggregation(spec, f"models[{i}]", model, pools)
+            _check_model(spec, f"models[{i}].disaggregation.prefill", prefill_engine(model), pools)
+    models = expand_engines(models)
     _check_workers(spec, models)
     _check_queues(spec, pools)
     check_minimum_capacity(spec, models, pools)
@@ -239,6 +246,10 @@ def _check_s3_uris(spec: StackSpec) -> None:
     """Every S3 URI names a bucket S3 allows; weights and batch input also name the key (prefix) under it."""
     uris = [(f"models[{i}].weights", m.weights, "the prefix holding the model's files, e.g. s3://my-bucket/models/"
              f"{m.name}/") for i, m in enumerate(spec.models) if m.weights is not None]
+    for i, model in enumerate(spec.models):
+        uris += [(f"models[{i}].lora_adapters[{j}].weights", adapter.weights, "the prefix holding the adapter's "
+                  f"adapter_config.json, e.g. s3://my-bucket/adapters/{adapter.name}/")
+                 for j, adapter in enumerate(model.lora_adapters)]
     for i, job in enumerate(spec.batch_jobs):
         uris.append((f"batch_jobs[{i}].input", job.input, "the JSONL object, e.g. s3://my-bucket/batch/input.jsonl"))
         uris.append((f"batch_jobs[{i}].output", job.output, None))
@@ -575,8 +586,7 @@ def _check_cluster(spec: StackSpec) -> None:
 # ----------------------------------------------------------------------------------------------- models
 
 
-def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: dict[str, PoolHardware]) -> None:
-    path = f"models[{index}]"
+def _check_model(spec: StackSpec, path: str, model: ModelServiceSpec, pools: dict[str, PoolHardware]) -> None:
     hardware = pools[model.pool]
     max_context = model.resolved_architecture.max_context
     if model.max_model_len > max_context:
@@ -611,6 +621,7 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
         )
     _check_placement(spec, path, model, hardware)
     _check_experts_layout(path, model, hardware)
+    _check_serving_features(path, model, hardware)
     _check_engine_limits(path, model, hardware)
     _check_efa_image(path, model, hardware)
     from inferstack.planning.fit_refusal import check_fit  # it imports the spec package; import once that is loaded
@@ -657,6 +668,79 @@ def _check_model(spec: StackSpec, index: int, model: ModelServiceSpec, pools: di
             f"tier {model.tier!r} has no WorkloadPriorityClass of that name in queues.priorities",
             f"add a priority named {model.tier!r} to queues.priorities",
         )
+
+
+def _check_disaggregation(spec: StackSpec, path: str, model: ModelServiceSpec, pools: dict[str, PoolHardware]) -> None:
+    """A disaggregated service: a prefill pool that exists, a name its prefill engines can take, the gateway's
+    picker to split requests, and none of the layouts under which NIXL fails or falls back to TCP
+    (planning/disaggregation.py names the upstream rules); both roles in one zone, where EFA reaches."""
+    from inferstack.planning.disaggregation import prefill_engine, problem as problem_of_disaggregation
+    from inferstack.serving.transport import image_carries_efa
+
+    role = model.disaggregation.prefill
+    if role.pool is not None and role.pool not in pools:
+        raise SpecError(f"{path}.disaggregation.prefill.pool", f"no node pool is named {role.pool!r}",
+                        f"use one of {quoted(sorted(pools))}")
+    engine = prefill_engine(model)
+    if len(engine.name) > NAME_MAX_LENGTH or engine.name in {m.name for m in spec.models}:
+        raise SpecError(f"{path}.name", f"its prefill engines would be named {engine.name!r}, which is "
+                        f"{'taken' if len(engine.name) <= NAME_MAX_LENGTH else 'over 40 characters'}",
+                        "give the service a shorter name of its own")
+    if not spec.gateway.enabled:
+        raise SpecError(f"{path}.disaggregation", "prefill/decode needs the gateway's endpoint picker to send "
+                        "prompts to prefill engines, and the gateway is disabled", "enable the gateway")
+    if role.autoscaling.metric == "epp_queue":
+        raise SpecError(f"{path}.disaggregation.prefill.autoscaling.metric", "'epp_queue' is the service's picker "
+                        "queue, which the decode role scales on; prefill engines have none of their own",
+                        "scale the prefill role on 'queue_depth' or 'kv_cache'")
+    decode, prefill = pools[model.pool], pools[engine.pool]
+    found = problem_of_disaggregation(model, decode, prefill, image_carries_efa(model, decode))
+    if found is not None:
+        field, what, fix = found
+        raise SpecError(f"{path}.{field}", what, fix)
+    zones = {hardware.spec.name: _pool_zones(spec, hardware.spec) for hardware in (decode, prefill)}
+    if all(zones.values()) and zones[decode.spec.name][0] != zones[prefill.spec.name][0]:
+        raise SpecError(
+            f"{path}.disaggregation.prefill.pool",
+            f"the prefill role's EFA pool {prefill.spec.name!r} is in {zones[prefill.spec.name][0]} and the decode "
+            f"role's {decode.spec.name!r} in {zones[decode.spec.name][0]}: EFA does not cross zones, so the KV cache "
+            "would move over TCP",
+            "give both pools the same first availability zone, or put both roles on one pool",
+        )
+
+
+def _pool_zones(spec: StackSpec, pool) -> list[str] | None:
+    """A pool's zones, its first one first (the one an EFA pool uses); None when the subnets exist already."""
+    return list(pool.availability_zones) or _cluster_zones(spec)
+
+
+def _check_serving_features(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """Speculative decoding, LoRA adapters and the host KV tier: what vLLM 0.33 would refuse at start, and what
+    would not fit (planning/speculative.py, lora.py, kv_offload.py name the upstream rules)."""
+    from inferstack.planning import kv_offload, lora, speculative
+    from inferstack.planning.sizing import scheduler_defaults
+    from inferstack.serving.pods import host_resources, shm_bytes
+
+    _, memory = host_resources(model, hardware)
+    found = (
+        ("speculative", speculative.problem(model)),
+        ("", lora.problem(model)),
+        ("", kv_offload.problem(model, memory, shm_bytes(memory))),
+    )
+    for prefix, problem in found:
+        if problem is not None:
+            field, what, fix = problem
+            raise SpecError(f"{path}.{prefix + '.' if prefix else ''}{field}", what, fix)
+    if model.lora_adapters and model.speculative is not None:
+        batched, seqs = scheduler_defaults(model, hardware)
+        needed = seqs * (model.speculative.num_speculative_tokens + 1)
+        if batched < needed:
+            raise SpecError(
+                f"{path}.max_num_batched_tokens",
+                f"{batched} batched tokens are fewer than max_num_seqs {seqs} x (num_speculative_tokens "
+                f"{model.speculative.num_speculative_tokens} + 1) = {needed}, which vLLM refuses with LoRA on",
+                f"set max_num_batched_tokens to {needed} or more, or lower max_num_seqs",
+            )
 
 
 def _check_experts_layout(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:

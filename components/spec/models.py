@@ -11,10 +11,14 @@ from typing import Annotated, Literal, Union
 
 from inferstack.catalog.models import checkpoint_format as catalog_checkpoint_format, model_facts
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_IMAGE
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, PrivateAttr, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, StringConstraints, Tag, field_serializer, field_validator,
+    model_validator,
+)
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, min_length=1, max_length=40)]
+NAME_MAX_LENGTH = 40
+Name = Annotated[str, StringConstraints(pattern=DNS_LABEL, min_length=1, max_length=NAME_MAX_LENGTH)]
 # The bucket and key are checked by spec.checks against S3's naming rules, with a message per rule.
 S3Uri = Annotated[str, StringConstraints(pattern=r"^s3://\S*$")]
 PinnedImage = Annotated[
@@ -655,6 +659,75 @@ class LatencySlo(Model):
         return self
 
 
+# vLLM 0.33's choices for --max-lora-rank (vllm/config/lora.py MaxLoRARanks).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class LoraAdapterSpec(Model):
+    """A LoRA adapter served beside its base model: requests name it as their model."""
+
+    name: Name = Field(description="Served model name of the adapter (what requests send as `model`). Required.")
+    weights: S3Uri = Field(description="S3 prefix of the adapter (adapter_config.json and its safetensors). Required.")
+    rank: int = Field(ge=1, le=max(VLLM_LORA_RANKS), description="The adapter's LoRA rank r. Required.")
+
+
+class SpeculativeSpec(Model):
+    """Speculative decoding (vLLM --speculative-config): a proposer drafts tokens the model verifies in one step."""
+
+    method: Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"] = Field(
+        description="ngram (prompt lookup, no model), draft_model (a small model of the same vocabulary), eagle / "
+        "eagle3 (an EAGLE head trained for the model), or mtp (the model's own multi-token-prediction layers). "
+        "Required.",
+    )
+    model: str | None = Field(
+        None, description="Hugging Face id of the draft model or EAGLE head. Required for draft_model, eagle, eagle3."
+    )
+    draft_params_billion: float | None = Field(
+        None, gt=0, description="Draft model size, for sizing, when the catalog does not list it. Defaults to the "
+        "catalog's.",
+    )
+    num_speculative_tokens: int = Field(3, ge=1, le=16, description="Tokens drafted per step. Defaults to 3.")
+    draft_tensor_parallel: int | None = Field(
+        None, ge=1, description="Tensor parallelism of the draft model: 1 or the service's. Defaults to the service's.",
+    )
+    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram: longest n-gram matched. Defaults to 5.")
+    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram: shortest n-gram matched. Defaults to 5.")
+
+
+class KvOffloadSpec(Model):
+    """A second KV-cache tier in host memory (vLLM's native OffloadingConnector, --kv-offloading-size)."""
+
+    cpu_gib: float = Field(
+        gt=0, allow_inf_nan=False, description="Host memory per replica for offloaded KV blocks, in GiB (vLLM "
+        "shares it over the replica's ranks). Required.",
+    )
+
+
+class PrefillSpec(Model):
+    """The prefill role of a disaggregated service: engines of its own that compute prompts and hand the KV
+    cache to the service's decode engines."""
+
+    tensor_parallel: int = Field(1, ge=1, le=8, description="Tensor parallelism of a prefill engine. Defaults to 1.")
+    pool: str | None = Field(None, description="Node pool of the prefill engines. Defaults to the service's pool.")
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="Prefill replica scaling. Defaults to exactly one replica."
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="Prompts a prefill engine computes at once (--max-num-seqs). Defaults to vLLM's.",
+    )
+
+
+class DisaggregationSpec(Model):
+    """Prefill/decode disaggregation: the service's own replicas decode, the prefill role computes prompts, and
+    vLLM's NIXL connector moves the KV cache between them over EFA."""
+
+    prefill: PrefillSpec = Field(default_factory=PrefillSpec, description="The prefill role. Defaults to one TP-1 engine.")
+    non_cached_tokens: int = Field(
+        16, ge=1, description="A prompt goes to a prefill engine when at least this many of its tokens are not "
+        "cached on the decode pod the picker chose (llm-d's prefix-based-pd-decider nonCachedTokens). Defaults to 16.",
+    )
+
+
 class ModelServiceSpec(Model):
     """A vLLM service: one model, its precision, parallelism, placement and scaling."""
 
@@ -752,11 +825,49 @@ class ModelServiceSpec(Model):
         description="The image (one the catalog does not list) carries libfabric and the aws-ofi-nccl NCCL plugin, "
         "so a multi-node service on an EFA pool may use it. Defaults to false.",
     )
+    lora_adapters: tuple[LoraAdapterSpec, ...] = Field(
+        (),
+        description="LoRA adapters served with the model, pre-fetched to the NVMe cache beside its weights and "
+        "routed by name. Defaults to none.",
+    )
+    max_loras: int | None = Field(
+        None, ge=1, description="Adapters on the GPU at once (--max-loras). Defaults to all listed adapters."
+    )
+    speculative: SpeculativeSpec | None = Field(None, description="Speculative decoding. Defaults to none.")
+    kv_offload: KvOffloadSpec | None = Field(
+        None, description="Host-memory KV-cache tier. Defaults to none: the GPU's KV cache only."
+    )
+    disaggregation: DisaggregationSpec | None = Field(
+        None, description="Prefill/decode disaggregation; the service's own fields describe the decode role. "
+        "Defaults to none: every engine prefills and decodes.",
+    )
+    weight_loader: Literal["local", "s3_stream"] = Field(
+        "local",
+        description="local: read the weights from the node's NVMe cache after the pre-fetch; s3_stream: stream them "
+        "from S3 into GPU memory with vLLM's Run:ai streamer (--load-format runai_streamer), no pre-fetch. "
+        "Defaults to local.",
+    )
     traffic: TrafficSpec | None = Field(None, description="Expected traffic for cost per token. Defaults to none.")
     slo: LatencySlo | None = Field(
         None, description="Latency targets at the stated traffic (needs traffic); the plan shows the replicas they "
         "need. Defaults to none.",
     )
+
+    # Set on the prefill engines a disaggregated service expands into (planning/disaggregation.py): the service
+    # whose gateway route and InferencePool they serve.
+    _prefill_for: str | None = PrivateAttr(default=None)
+
+    @property
+    def pd_role(self) -> Literal["prefill", "decode"] | None:
+        """The service decodes when it is disaggregated; its derived prefill engines prefill."""
+        if self._prefill_for is not None:
+            return "prefill"
+        return "decode" if self.disaggregation is not None else None
+
+    @property
+    def pd_service(self) -> str | None:
+        """The disaggregated service an engine belongs to (its own name for the decode role)."""
+        return self._prefill_for or (self.name if self.disaggregation is not None else None)
 
     @model_validator(mode="after")
     def _data_parallel_layout(self) -> "ModelServiceSpec":
@@ -966,6 +1077,11 @@ class StackSpec(Model):
     serving_namespace: Name = Field("inference", description="Namespace of model services. Defaults to 'inference'.")
     batch_namespace: Name = Field("batch", description="Namespace of workers and batch jobs. Defaults to 'batch'.")
     models: list[ModelServiceSpec] = Field(default_factory=list, description="Model services. Defaults to none.")
+
+    @field_serializer("models", mode="wrap")
+    def _services_only(self, models: list[ModelServiceSpec], serialize):
+        """A resolved stack lists its services' prefill engines too; a dump keeps the services, which expand again."""
+        return serialize([m for m in models if m.pd_role != "prefill"])
     workers: list[QueueWorkerSpec] = Field(default_factory=list, description="Queue-fed workers. Defaults to none.")
     batch_jobs: list[BatchJobSpec] = Field(default_factory=list, description="Batch inference jobs. Defaults to none.")
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, description="Metrics. Defaults to all on.")
@@ -988,12 +1104,15 @@ class StackSpec(Model):
         return self
 
     def resolved(self) -> "StackSpec":
-        """This stack with every `auto` placement decided (itself when there is none)."""
+        """This stack with every `auto` placement decided and every disaggregated service's prefill engines
+        listed after it (itself when there is neither)."""
         if self._resolved_models == tuple(self.models):
             return self
         resolved = self.model_copy(update={"models": list(self._resolved_models)})
         resolved._resolved_models = self._resolved_models
-        resolved._auto_placed = tuple(m.name for m, r in zip(self.models, self._resolved_models) if m != r)
+        # Engines by name: a disaggregated service's prefill engines follow it in the resolved list.
+        engines = {m.name: m for m in self._resolved_models}
+        resolved._auto_placed = tuple(m.name for m in self.models if m != engines[m.name])
         return resolved
 
     @property
