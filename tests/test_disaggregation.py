@@ -212,3 +212,24 @@ def test_the_gateway_must_split_the_requests(stack):
         if model["autoscaling"].get("metric") == "epp_queue":
             model["autoscaling"]["metric"] = "queue_depth"
     assert refused(data).path == "models[0].disaggregation"
+
+
+# vLLM 0.33.0 vllm/config/kv_transfer.py KVTransferConfig fields (lines 60-88) and kv_role choices (11-13); the keys
+# NIXL reads from kv_connector_extra_config (nixl/base_worker.py 624-742, base_scheduler.py 82-184).
+KV_TRANSFER_FIELDS = {"kv_connector", "engine_id", "kv_buffer_device", "kv_role", "kv_port", "kv_connector_extra_config",
+                      "kv_connector_module_path", "enable_permute_local_kv", "kv_load_failure_policy"}
+KV_ROLES = {"kv_producer", "kv_consumer", "kv_both"}
+NIXL_EXTRA_KEYS = {"backends", "num_threads", "kv_lease_duration", "kv_recompute_threshold", "bidirectional_kv_xfer",
+                   "decoder_kv_blocks_ttl", "engine_ttl", "enforce_handshake_compat"}
+# distributed/kv_transfer/kv_connector/factory.py 153-249 registers NixlConnector; NIXL names its libfabric
+# backend LIBFABRIC (the llm-d AWS overlay's kv_connector_extra_config).
+NIXL_BACKENDS = {"UCX", "LIBFABRIC"}
+
+
+def test_the_kv_transfer_config_is_one_vllm_accepts(rendered):
+    objects, _ = rendered
+    for name in (SERVICE, f"{SERVICE}-prefill"):
+        config = json.loads(arg(vllm(named(objects, "Deployment", name)["spec"]["template"]["spec"]), "--kv-transfer-config"))
+        assert set(config) <= KV_TRANSFER_FIELDS and config["kv_role"] in KV_ROLES - {"kv_both"}
+        assert set(config["kv_connector_extra_config"]) <= NIXL_EXTRA_KEYS
+        assert set(config["kv_connector_extra_config"]["backends"]) <= NIXL_BACKENDS

@@ -280,3 +280,23 @@ def test_an_adapter_uri_without_a_key_is_refused(stack):
     data = edited(stack, "llama-8b-lora")
     data["models"][1]["lora_adapters"][0]["weights"] = "s3://ml-adapters"
     assert refusal(data).path == "models[1].lora_adapters[0].weights"
+
+
+# vLLM 0.33.0 vllm/config/speculative.py: SpeculativeConfig fields (413-506) and SpeculativeMethod (38-82).
+SPECULATIVE_FIELDS = {"num_speculative_tokens", "model", "method", "draft_tensor_parallel_size", "prompt_lookup_max",
+                      "prompt_lookup_min"}
+SPECULATIVE_METHODS = {"ngram", "draft_model", "suffix", "custom_class", "eagle", "eagle3", "extract_hidden_states",
+                       "dflash", "ngram_gpu", "dspark", "mtp"}
+
+
+@pytest.mark.parametrize("config", [
+    {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4, "num_speculative_tokens": 5},
+    {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "draft_tensor_parallel": 1},
+    {"method": "mtp", "num_speculative_tokens": 1},
+])
+def test_every_speculative_config_is_one_vllm_accepts(stack, config):
+    spec = StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config))
+    model = next(m for m in spec.models if m.name == "llama-70b-eagle")
+    rendered = speculative.speculative_config(model)
+    assert set(rendered) <= SPECULATIVE_FIELDS and rendered["method"] in SPECULATIVE_METHODS
+    assert rendered["num_speculative_tokens"] >= 1
