@@ -1,8 +1,8 @@
 """serving: the engine features of a 2026 serving platform on one stack. A Qwen3 32B on H100s (EFA) split into
 prefill and decode engines that hand the KV cache over EFA; a Llama 3.1 8B on L40S serving three LoRA adapters
-routed by name; a Qwen3 14B on L40S with a host-memory KV-cache tier the endpoint picker routes to; a Llama 3.1
-70B on the H100s with an EAGLE-3 draft head for latency; every adapter pre-fetched to the NVMe cache beside its
-base weights."""
+routed by name; a Qwen3 14B on L40S with a host-memory KV-cache tier the endpoint picker routes to; a Llama 3.3
+70B on the H100s with an EAGLE-3 draft head for latency; every adapter and the draft pre-fetched to the NVMe
+cache beside the base weights."""
 
 from inferstack.spec import (
     AutoscalingSpec,
@@ -81,7 +81,7 @@ stack = StackSpec(
         ),
         ModelServiceSpec(
             name="llama-70b-eagle",
-            model="meta-llama/Llama-3.1-70B-Instruct",
+            model="meta-llama/Llama-3.3-70B-Instruct",
             kv_cache_dtype="fp8",
             pool="h100",
             tensor_parallel=4,
@@ -89,7 +89,8 @@ stack = StackSpec(
             max_num_seqs=16,
             hf_token_secret="hf-token",
             speculative=SpeculativeSpec(
-                method="eagle3", model="yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", draft_params_billion=1.6,
+                method="eagle3", model="yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+                weights="s3://ml-adapters/drafts/eagle3-llama3.3-70b/v1", draft_params_billion=1.6,
                 num_speculative_tokens=3,
             ),
             autoscaling=AutoscalingSpec(min_replicas=1, max_replicas=2),

@@ -58,6 +58,7 @@ def scraped_labels(exporter: dict[str, Any], written: Iterable[str]) -> frozense
     """Labels on the stored series: the exporter's, renamed exported_<x> when they clash with a target label
     (honor_labels false), plus the target labels of its monitor kind."""
     target = set(catalog()["scrape_targets"][exporter["scraped_by"]])
+    target |= {re.sub(r"[^a-zA-Z0-9_]", "_", label) for label in exporter.get("pod_target_labels", ())}
     if exporter.get("honor_labels", False):
         return frozenset(set(written) | target)
     return frozenset({f"exported_{label}" if label in target else label for label in written} | target)

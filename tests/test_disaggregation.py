@@ -233,3 +233,37 @@ def test_the_kv_transfer_config_is_one_vllm_accepts(rendered):
         assert set(config) <= KV_TRANSFER_FIELDS and config["kv_role"] in KV_ROLES - {"kv_both"}
         assert set(config["kv_connector_extra_config"]) <= NIXL_EXTRA_KEYS
         assert set(config["kv_connector_extra_config"]["backends"]) <= NIXL_BACKENDS
+
+
+def test_the_prefill_engine_answers_to_the_services_name_and_scales_on_its_own_series(rendered):
+    """The sidecar forwards the client's request, `model` unchanged, to the prefill pod (llm-d-router v0.10.0
+    docs/disaggregation.md), and vLLM answers only to its --served-model-name; the vLLM PodMonitor copies the
+    llm-d.ai/role pod label as llm_d_ai_role (prometheus-operator v0.93.0 promcfg.go sanitizeLabelName), so each
+    role's KEDA query sees only its own engines."""
+    objects, _ = rendered
+    for name, role in ((SERVICE, "decode"), (f"{SERVICE}-prefill", "prefill")):
+        container = vllm(named(objects, "Deployment", name)["spec"]["template"]["spec"])
+        assert arg(container, "--served-model-name") == SERVICE
+        scaled = named(objects, "ScaledObject", name)
+        (query,) = [t["metadata"]["query"] for t in scaled["spec"]["triggers"] if "vllm:" in t["metadata"]["query"]]
+        assert f'model_name="{SERVICE}"' in query and f'llm_d_ai_role="{role}"' in query
+    from promql_labels import catalog
+
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor" and o["spec"].get("podTargetLabels")]
+    assert monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "vllm"
+    # The PromQL checks count exactly the labels the monitor copies.
+    assert monitor["spec"]["podTargetLabels"] == catalog()["exporters"]["vllm"]["pod_target_labels"] == ["llm-d.ai/role"]
+
+
+def test_both_roles_stay_in_one_zone_and_prefill_keeps_connections_open(rendered):
+    """Required zone affinity to the service's engines (the first matches itself, Kubernetes inter-pod affinity);
+    prefill engines keep idle HTTP connections past the sidecar's 90 s (llm-d-router v0.10.0 pkg/sidecar/proxy/
+    proxy.go IdleConnTimeout) instead of vLLM's 5 s (vllm/envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE)."""
+    objects, _ = rendered
+    for name in (SERVICE, f"{SERVICE}-prefill"):
+        template = named(objects, "Deployment", name)["spec"]["template"]
+        (term,) = template["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "topology.kubernetes.io/zone"
+        assert matches(term["labelSelector"], template["metadata"]["labels"])
+    env = {e["name"]: e.get("value") for e in vllm(named(objects, "Deployment", f"{SERVICE}-prefill")["spec"]["template"]["spec"])["env"]}
+    assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 90

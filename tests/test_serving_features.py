@@ -11,7 +11,7 @@ Upstream rules encoded here, read from the vLLM 0.33.0 wheel (pip download vllm=
 - vllm/config/cache.py + config/vllm.py `_post_init_kv_transfer_config`: --kv-offloading-size is GiB for the
   engine, native backend = OffloadingConnector with cpu_bytes_to_use = size x 2^30.
 - llm-d-router v0.10.0 approximateprefix/types.go: approx-prefix-cache-producer takes autoTune, blockSizeTokens,
-  lruCapacityPerServer; scorer/prefix/plugin.go: prefix-cache-scorer takes prefixMatchInfoProducerName.
+  lruCapacityPerServer, and plugin.go raises any block size below 64 tokens to 64; scorer/prefix/plugin.go: prefix-cache-scorer takes prefixMatchInfoProducerName.
 - Gateway API v1 HTTPRoute: a rule holds at most 64 matches.
 """
 
@@ -42,6 +42,7 @@ STACKS = Path(__file__).resolve().parents[1] / "stacks"
 NEW_FLAGS = {"--speculative-config", "--enable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras",
              "--lora-modules", "--kv-offloading-size", "--kv-transfer-config"}
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+DRAFT = "s3://ml-adapters/drafts/llama-3.2-3b/"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,8 @@ def test_the_speculative_config_is_vllm_json(stack):
     model = service(stack, "llama-70b-eagle")
     args = engine_args(model, hardware(stack, model))
     config = json.loads(args[args.index("--speculative-config") + 1])
-    assert config == {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-70B", "num_speculative_tokens": 3}
+    # The draft is read from its pre-fetched copy in the node's cache.
+    assert config == {"method": "eagle3", "model": "/models/draft--llama-70b-eagle", "num_speculative_tokens": 3}
 
 
 def test_the_draft_is_counted_per_gpu(stack):
@@ -96,12 +98,13 @@ def test_the_draft_is_counted_per_gpu(stack):
 
 @pytest.mark.parametrize("change, field", [
     ({"method": "eagle", "num_speculative_tokens": 3}, "speculative.model"),
+    ({"method": "eagle", "model": "x/eagle-head", "draft_params_billion": 1}, "speculative.weights"),
     ({"method": "ngram", "model": "x/y"}, "speculative.model"),
     ({"method": "mtp", "prompt_lookup_max": 4}, "speculative.prompt_lookup_max"),
     ({"method": "ngram", "prompt_lookup_min": 6, "prompt_lookup_max": 4}, "speculative.prompt_lookup_min"),
-    ({"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "draft_tensor_parallel": 2},
+    ({"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "weights": DRAFT, "draft_tensor_parallel": 2},
      "speculative.draft_tensor_parallel"),
-    ({"method": "draft_model", "model": "someone/unlisted-draft"}, "speculative.draft_params_billion"),
+    ({"method": "draft_model", "model": "someone/unlisted-draft", "weights": DRAFT}, "speculative.draft_params_billion"),
 ])
 def test_speculative_refusals(stack, change, field):
     error = refusal(edited(stack, "llama-70b-eagle", speculative=change))
@@ -109,7 +112,8 @@ def test_speculative_refusals(stack, change, field):
 
 
 def test_an_ngram_and_a_catalog_draft_need_nothing_more(stack):
-    for config in ({"method": "ngram"}, {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct"}):
+    for config in ({"method": "ngram"},
+                   {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "weights": DRAFT}):
         StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config))
 
 
@@ -200,9 +204,10 @@ def test_the_tier_flag_and_the_pickers_second_index(stack):
     assert args[args.index("--kv-offloading-size") + 1] == "48"
     config = yaml.safe_load(picker_config(model, True))
     producer = next(p for p in config["plugins"] if p.get("name") == HOST_TIER_PRODUCER)
-    # Qwen3 14B, FP8 KV: 2 x 40 layers x 8 heads x 128 x 1 byte = 81920 B a token, 16 tokens a block.
-    assert producer["parameters"] == {"autoTune": False, "blockSizeTokens": 16,
-                                      "lruCapacityPerServer": 48 * GIB // (81920 * 16)}
+    # Qwen3 14B, FP8 KV: 2 x 40 layers x 8 heads x 128 x 1 byte = 81920 B a token; the picker's blocks are 64 tokens
+    # at least (approximateprefix/plugin.go minBlockSizeTokens).
+    assert producer["parameters"] == {"autoTune": False, "blockSizeTokens": 64,
+                                      "lruCapacityPerServer": 48 * GIB // 81920 // 64}
     scorer = next(p for p in config["plugins"] if p.get("name") == HOST_TIER_SCORER)
     assert scorer["parameters"] == {"prefixMatchInfoProducerName": HOST_TIER_PRODUCER}
     refs = {p["pluginRef"] for p in config["schedulingProfiles"][0]["plugins"]}
@@ -253,8 +258,8 @@ def test_the_stack_renders_validates_and_passes_every_policy(tmp_path):
     assert features["qwen-32b-pd-prefill"] == []
 
 
-def test_every_adapter_is_prefetched_and_readable(stack, tmp_path):
-    """Each adapter gets its own pre-fetch init container and script (the weights' versioned cache layout,
+def test_every_adapter_and_the_draft_are_prefetched_and_readable(stack, tmp_path):
+    """Each adapter (and a speculative draft) gets its own pre-fetch init container and script (the weights' versioned cache layout,
     weights/prefetch.py), vLLM reads it from the published path, and the serving role may read its prefix."""
     from inferstack.aws.weights_store import read_grants
 
@@ -271,7 +276,10 @@ def test_every_adapter_is_prefetched_and_readable(stack, tmp_path):
         bucket, _, prefix = adapter.weights.removeprefix("s3://").partition("/")
         assert f"bucket={bucket}" in script and lora.adapter_key(model, adapter.name) in script and prefix in script
         assert any(c["command"][-1] == f"/scripts/{lora.adapter_script(adapter.name)}" for c in pod["initContainers"])
+    (eagle,) = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "llama-70b-eagle"]
+    assert any(c["name"] == "prefetch-draft" for c in eagle["spec"]["template"]["spec"]["initContainers"])
     grants = {(g.bucket_arn, g.prefix) for g in read_grants(stack, "weights", "arn:aws:s3:::weights", "aws")}
+    assert ("arn:aws:s3:::ml-adapters", "drafts/eagle3-llama3.3-70b/v1/") in grants
     assert {("arn:aws:s3:::ml-adapters", f"llama-8b/{a.name}/" + a.weights.rsplit("/", 1)[1] + "/")
             for a in model.lora_adapters} <= grants
 
@@ -291,7 +299,7 @@ SPECULATIVE_METHODS = {"ngram", "draft_model", "suffix", "custom_class", "eagle"
 
 @pytest.mark.parametrize("config", [
     {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4, "num_speculative_tokens": 5},
-    {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "draft_tensor_parallel": 1},
+    {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "weights": DRAFT, "draft_tensor_parallel": 1},
     {"method": "mtp", "num_speculative_tokens": 1},
 ])
 def test_every_speculative_config_is_one_vllm_accepts(stack, config):

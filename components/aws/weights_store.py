@@ -37,12 +37,15 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def read_grants(spec: StackSpec, bucket_name: str | None, bucket_arn: str, partition: str) -> list[policies.S3ReadGrant]:
-    """`models/` of the weights bucket, plus the prefix of every model service that names its own weights URI and
-    of every LoRA adapter."""
+    """`models/` of the weights bucket, plus the prefix of every model service that names its own weights URI, of
+    every LoRA adapter and of every speculative draft."""
     grants = [policies.S3ReadGrant(bucket_arn, MODELS_PREFIX)]
     for model in spec.models:
         uris = [model.weights] if model.weights is not None else []
-        for uri in [*uris, *(adapter.weights for adapter in model.lora_adapters)]:
+        uris += [adapter.weights for adapter in model.lora_adapters]
+        if model.speculative is not None and model.speculative.weights is not None:
+            uris.append(model.speculative.weights)
+        for uri in uris:
             bucket, prefix = split_s3_uri(uri)
             arn = bucket_arn if bucket == bucket_name else f"arn:{partition}:s3:::{bucket}"
             grants.append(policies.S3ReadGrant(arn, prefix))

@@ -32,6 +32,21 @@ NIXL_BACKENDS = ("LIBFABRIC",)
 # vLLM's NIXL handshake listener (envs.py VLLM_NIXL_SIDE_CHANNEL_PORT default); the host is the pod's own IP.
 SIDE_CHANNEL_PORT = 5600
 ROLE_LABEL = "llm-d.ai/role"  # llm-d-router v0.10.0 scheduling/filter/bylabel/roles.go: prefill | decode
+# The pod label as the vLLM PodMonitor copies it onto series (prometheus-operator promcfg.go sanitizeLabelName).
+ROLE_METRIC_LABEL = "llm_d_ai_role"
+
+
+def served_name(model: ModelServiceSpec) -> str:
+    """The model name an engine answers to: a prefill engine takes the service's requests, so the service's."""
+    return model.pd_service or model.name
+
+
+def metric_labels(model: ModelServiceSpec) -> dict[str, str]:
+    """Labels that pick one engine's vLLM series: its served name, and for a prefill/decode role the role."""
+    labels = {"model_name": served_name(model)}
+    if model.pd_role is not None:
+        labels[ROLE_METRIC_LABEL] = model.pd_role
+    return labels
 
 
 def prefill_name(service: str) -> str:

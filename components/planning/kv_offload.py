@@ -23,8 +23,9 @@ from inferstack.spec import ModelServiceSpec
 
 # What the vLLM process keeps in host memory beside the tier: an estimate (no published figure).
 VLLM_HOST_RESERVE_BYTES = 16 * GIB
-# vLLM's KV block on CUDA (CacheConfig.block_size default 16); the picker hashes prompts in blocks of 16 tokens.
-BLOCK_TOKENS = 16
+# The picker's index hashes prompts in blocks of at least 64 tokens, whatever it is told (llm-d-router v0.10.0
+# approximateprefix/plugin.go minBlockSizeTokens, GetBlockSize), so the host tier is counted in those blocks.
+INDEX_BLOCK_TOKENS = 64
 
 
 def kv_offload_args(model: ModelServiceSpec) -> list[str]:
@@ -42,10 +43,15 @@ def host_room_bytes(pod_memory: int, shm: int) -> int:
     return max(0, pod_memory - shm - VLLM_HOST_RESERVE_BYTES)
 
 
-def tier_blocks(model: ModelServiceSpec) -> int:
-    """16-token blocks the tier holds: every tensor rank's slice of a token is offloaded (one copy for MLA)."""
+def tier_tokens(model: ModelServiceSpec) -> int:
+    """Tokens the tier holds: every tensor rank's slice of a token is offloaded (one copy for MLA)."""
     ranks = 1 if model.resolved_architecture.attention == "mla" else model.tensor_parallel
-    return tier_bytes(model) // (kv_bytes_per_token_per_device(model) * ranks * BLOCK_TOKENS)
+    return tier_bytes(model) // (kv_bytes_per_token_per_device(model) * ranks)
+
+
+def tier_blocks(model: ModelServiceSpec) -> int:
+    """The picker's blocks the tier holds: its index's capacity per pod."""
+    return tier_tokens(model) // INDEX_BLOCK_TOKENS
 
 
 def problem(model: ModelServiceSpec, pod_memory: int, shm: int) -> tuple[str, str, str] | None:

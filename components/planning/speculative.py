@@ -18,6 +18,7 @@ import json
 import math
 
 from inferstack.catalog.models import model_facts
+from inferstack.conventions import MODEL_CACHE_MOUNT
 from inferstack.spec import ModelArchitecture, ModelServiceSpec
 from inferstack.spec.models import SpeculativeSpec
 
@@ -27,14 +28,24 @@ NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})
 LATENCY_ONLY_RPS_PER_REPLICA = 2.0
 
 
+def draft_key(model: ModelServiceSpec) -> str:
+    """The draft's directory in the node's NVMe cache, published by its own pre-fetch like the model's weights."""
+    return f"draft--{model.name}"
+
+
+def draft_path(model: ModelServiceSpec) -> str:
+    return f"{MODEL_CACHE_MOUNT}/{draft_key(model)}"
+
+
 def speculative_config(model: ModelServiceSpec) -> dict | None:
-    """The --speculative-config document, keys as vLLM's SpeculativeConfig names them."""
+    """The --speculative-config document, keys as vLLM's SpeculativeConfig names them; a draft is read from the
+    node's cache."""
     spec = model.speculative
     if spec is None:
         return None
     config: dict = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
     if spec.model is not None:
-        config["model"] = spec.model
+        config["model"] = draft_path(model)
     if spec.draft_tensor_parallel is not None:
         config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel
     if spec.prompt_lookup_max is not None:
@@ -98,10 +109,13 @@ def problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
     if spec.method in NEEDS_MODEL and spec.model is None:
         return ("model", f"method {spec.method!r} drafts with a model and names none",
                 "set speculative.model to the draft model or EAGLE head's Hugging Face id")
-    if spec.method not in NEEDS_MODEL and spec.model is not None:
+    if spec.method in NEEDS_MODEL and spec.weights is None:
+        return ("weights", f"the draft {spec.model!r} has no S3 location, and serving pods reach no model hub",
+                "upload the draft's files to S3 and set speculative.weights to their prefix")
+    if spec.method not in NEEDS_MODEL and (spec.model is not None or spec.weights is not None):
         source = "the prompt" if spec.method == "ngram" else "the model's own MTP layers"
         return ("model", f"method {spec.method!r} takes no draft model (it drafts from {source})",
-                "drop speculative.model, or use method 'draft_model'")
+                "drop speculative.model and speculative.weights, or use method 'draft_model'")
     if spec.method != "ngram" and (spec.prompt_lookup_max is not None or spec.prompt_lookup_min is not None):
         return ("prompt_lookup_max", "prompt_lookup_min/max only apply to method 'ngram'",
                 "drop them, or use method 'ngram'")

@@ -23,6 +23,7 @@ from pulumi_kubernetes.helm.v3 import Release
 from inferstack.catalog.charts import chart
 from inferstack.conventions import MANAGED_BY
 from inferstack.helm import helm_release
+from inferstack.planning.disaggregation import ROLE_LABEL as PD_ROLE_LABEL, ROLE_METRIC_LABEL
 from inferstack.serving import names
 from inferstack.serving.pods import ROLE_LABEL
 from inferstack.serving.vllm_args import VLLM_PORT
@@ -33,7 +34,7 @@ FULLNAME = "kube-prometheus-stack"  # fixes the chart's object names, so the Pro
 MONITORING_API_VERSION = "monitoring.coreos.com/v1"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 VLLM_COMPONENT = "vllm"
-VLLM_METRICS_PORT = VLLM_PORT  # the API port serves /metrics
+VLLM_METRICS_PORT = VLLM_PORT  # the API port serves /metrics (a decode engine's routing sidecar passes it on)
 # Worker pods of a multi-node (LeaderWorkerSet) replica run vLLM headless: no API server, no metrics port.
 NO_METRICS_ROLES = ("worker",)
 # Engine activity, which DCGM measures per MIG instance too; DCGM_FI_DEV_GPU_UTIL reads 0 on a MIG-enabled GPU.
@@ -80,17 +81,22 @@ def prometheus_stack_values(observability: ObservabilitySpec) -> dict[str, Any]:
 
 
 def pod_monitor(
-    component: str, port: int, interval_seconds: int, skip_roles: tuple[str, ...] = ()
+    component: str, port: int, interval_seconds: int, skip_roles: tuple[str, ...] = (),
+    target_labels: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """PodMonitor spec: scrape /metrics on `port` of the pods labelled with this component, except those whose
-    role serves no metrics (NotIn also matches pods without the role label, i.e. single-pod replicas)."""
+    role serves no metrics (NotIn also matches pods without the role label, i.e. single-pod replicas), with the
+    pod labels `target_labels` copied onto the series (prometheus-operator sanitizes their names)."""
     selector: dict[str, Any] = {"matchLabels": {COMPONENT_LABEL: component}}
     if skip_roles:
         selector["matchExpressions"] = [{"key": ROLE_LABEL, "operator": "NotIn", "values": list(skip_roles)}]
-    return {
+    body: dict[str, Any] = {
         "selector": selector,
         "podMetricsEndpoints": [{"portNumber": port, "path": "/metrics", "interval": f"{interval_seconds}s"}],
     }
+    if target_labels:
+        body["podTargetLabels"] = list(target_labels)
+    return body
 
 
 def alert_rules(observability: ObservabilitySpec) -> dict[str, Any]:
@@ -151,17 +157,19 @@ def _panel(title: str, expr: str, legend: str, unit: str, x: int, y: int, thresh
 
 def serving_dashboard(observability: ObservabilitySpec) -> dict[str, Any]:
     """Grafana dashboard: TTFT, inter-token latency, KV-cache use, queue depth and GPU use."""
-    p95 = "histogram_quantile(0.95, sum by (le, model_name) (rate({metric}_bucket[5m])))"
+    # By model and, for a disaggregated service, role: its prefill and decode engines serve one model name.
+    p95 = f"histogram_quantile(0.95, sum by (le, model_name, {ROLE_METRIC_LABEL}) (rate({{metric}}_bucket[5m])))"
+    by_model = f"{{{{model_name}}}} {{{{{ROLE_METRIC_LABEL}}}}}"
     kv_steps = [{"color": "green", "value": None}, {"color": "red", "value": observability.kv_cache_alert_threshold}]
     panels = [
         _panel("Time to first token (p95)", p95.format(metric="vllm:time_to_first_token_seconds"),
-               "{{model_name}}", "s", 0, 0),
+               by_model, "s", 0, 0),
         _panel("Inter-token latency / TPOT (p95)", p95.format(metric="vllm:inter_token_latency_seconds"),
-               "{{model_name}}", "s", 12, 0),
+               by_model, "s", 12, 0),
         _panel("KV-cache use", "max by (model_name, pod) (vllm:kv_cache_usage_perc)",
                "{{model_name}} {{pod}}", "percentunit", 0, 8, kv_steps),
-        _panel("Queue depth (waiting requests)", "sum by (model_name) (vllm:num_requests_waiting)",
-               "{{model_name}}", "short", 12, 8),
+        _panel("Queue depth (waiting requests)", f"sum by (model_name, {ROLE_METRIC_LABEL}) (vllm:num_requests_waiting)",
+               by_model, "short", 12, 8),
         _panel("GPU engine activity", f"avg by (hostname) ({GPU_ACTIVITY_METRIC})",
                "{{hostname}}", "percentunit", 0, 16),
     ]
@@ -223,7 +231,9 @@ class Metrics(pulumi.ComponentResource):
         interval = observability.scrape_interval_seconds
         self.pod_monitors = [
             monitoring(
-                "PodMonitor", names.VLLM_POD_MONITOR, pod_monitor(VLLM_COMPONENT, VLLM_METRICS_PORT, interval, NO_METRICS_ROLES)
+                "PodMonitor", names.VLLM_POD_MONITOR,
+                # A disaggregated service's prefill and decode engines serve one model name: the role tells them apart.
+                pod_monitor(VLLM_COMPONENT, VLLM_METRICS_PORT, interval, NO_METRICS_ROLES, (PD_ROLE_LABEL,)),
             ),
             monitoring(
                 "PodMonitor",

@@ -211,10 +211,9 @@ def serving_features(model, result) -> list[str]:
         lines.append(f"speculative decoding: {draft}; {speculative.latency_note(model, model.autoscaling.max_replicas)}")
     if model.kv_offload is not None:
         lines.append(
-            f"host KV tier: {model.kv_offload.cpu_gib:g} GiB of pod memory, {kv_offload.tier_blocks(model)} blocks of "
-            f"{kv_offload.BLOCK_TOKENS} tokens ({kv_offload.tier_blocks(model) * kv_offload.BLOCK_TOKENS} tokens, "
-            f"{kv_offload.tier_blocks(model) * kv_offload.BLOCK_TOKENS / max(1, result.kv_tokens):.1f}x the GPU's), "
-            "scored by the endpoint picker's second prefix index"
+            f"host KV tier: {model.kv_offload.cpu_gib:g} GiB of pod memory, {kv_offload.tier_tokens(model)} tokens "
+            f"({kv_offload.tier_tokens(model) / max(1, result.kv_tokens):.1f}x the GPU's), scored by the endpoint "
+            f"picker's second prefix index of {kv_offload.tier_blocks(model)} {kv_offload.INDEX_BLOCK_TOKENS}-token blocks"
         )
     return lines
 

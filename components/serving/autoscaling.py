@@ -21,6 +21,7 @@ from typing import Any
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
+from inferstack.planning.disaggregation import metric_labels, served_name
 from inferstack.serving import pods
 from inferstack.serving.model_service import ScaleTarget
 from inferstack.planning.sizing import load_seconds
@@ -42,11 +43,12 @@ def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) ->
     scaling = model.autoscaling
     namespace = spec.serving_namespace
     target = scaling.target or DEFAULT_TARGETS[scaling.metric]
+    engine = metric_labels(model)
     if scaling.metric == "queue_depth":
-        query = f"sum(vllm:num_requests_waiting{{{_selector(namespace=namespace, model_name=model.name)}}})"
+        query = f"sum(vllm:num_requests_waiting{{{_selector(namespace=namespace, **engine)}}})"
         metric_type = "AverageValue"
     elif scaling.metric == "kv_cache":
-        query = f"avg(vllm:kv_cache_usage_perc{{{_selector(namespace=namespace, model_name=model.name)}}})"
+        query = f"avg(vllm:kv_cache_usage_perc{{{_selector(namespace=namespace, **engine)}}})"
         metric_type = "Value"
     else:
         # The InferencePool (and the `name` label of the picker's pool metrics) is named after the service.
@@ -68,7 +70,7 @@ def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) ->
 def activity_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
     """1 while requests for the model reached the endpoint picker recently, else 0: wakes a service from
     zero and asks for at most one replica (the serving metric decides beyond that)."""
-    selector = _selector(namespace=spec.serving_namespace, model_name=model.name)
+    selector = _selector(namespace=spec.serving_namespace, model_name=served_name(model))
     return {
         "type": "prometheus",
         "name": "requests",

@@ -22,8 +22,13 @@ from inferstack.spec import ModelServiceSpec
 
 SIDECAR_IMAGE = IMAGES["llm-d-disagg-sidecar"]
 SIDECAR_UID = 65532  # the image's user (llm-d-router v0.10.0 Dockerfile.sidecar)
+# The decode sidecars keep idle connections to prefill engines for 90 s (llm-d-router v0.10.0 pkg/sidecar/proxy/
+# proxy.go IdleConnTimeout) and do not retry a POST a server closed; vLLM closes idle ones after 5 s
+# (vllm/envs.py VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so a prefill engine keeps them longer than the sidecar does.
+PREFILL_KEEP_ALIVE_SECONDS = 120
 # The labels a disaggregated service's InferencePool selects: both roles' pods.
 SERVICE_LABEL = "inferstack.dev/disaggregated-service"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
 def role_labels(model: ModelServiceSpec) -> dict[str, str]:
@@ -36,8 +41,21 @@ def inference_pool_selector(service: str) -> dict[str, str]:
     return {SERVICE_LABEL: service}
 
 
-def side_channel_env() -> list[dict[str, Any]]:
-    return [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+def engine_env(model: ModelServiceSpec) -> list[dict[str, Any]]:
+    """The NIXL side channel on the pod IP; on a prefill engine, HTTP keep-alive past the sidecars' idle timeout."""
+    env = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    if model.pd_role == "prefill":
+        env.append({"name": "VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "value": str(PREFILL_KEEP_ALIVE_SECONDS)})
+    return env
+
+
+def same_zone(model: ModelServiceSpec) -> dict[str, Any]:
+    """Required pod affinity to the service's other engines' zone: the KV cache never leaves it, also where the
+    spec cannot see the zones (existing subnets). The first engine matches its own selector, so it schedules
+    anywhere (Kubernetes "Assigning Pods to Nodes", inter-pod affinity), and the rest follow it."""
+    return {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": ZONE_LABEL, "labelSelector": {"matchLabels": inference_pool_selector(model.pd_service)}}
+    ]}
 
 
 def side_channel_port() -> dict[str, Any]:

@@ -86,7 +86,7 @@ def picker_config(model: ModelServiceSpec, prefix_cache: bool) -> str:
         if model.kv_offload is not None:
             plugins.append({
                 "type": "approx-prefix-cache-producer", "name": HOST_TIER_PRODUCER,
-                "parameters": {"autoTune": False, "blockSizeTokens": kv_offload.BLOCK_TOKENS,
+                "parameters": {"autoTune": False, "blockSizeTokens": kv_offload.INDEX_BLOCK_TOKENS,
                                "lruCapacityPerServer": kv_offload.tier_blocks(model)},
             })
             plugins.append({"type": "prefix-cache-scorer", "name": HOST_TIER_SCORER,

@@ -29,7 +29,7 @@ from inferstack.conventions import (
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
 )
-from inferstack.planning import lora
+from inferstack.planning import lora, speculative
 from inferstack.planning.pool_capacity import efa_requests, gpu_requests, pool_cache_budget_bytes
 from inferstack.planning.rollout import rollout
 from inferstack.planning.interruption import SERVING_BUDGET
@@ -175,12 +175,12 @@ def pod_spec(
         "resources": pods.resources(millicores, memory, extended),
         "securityContext": pods.vllm_security_context(route.image),
         "volumeMounts": pods.vllm_mounts(
-            route.image, local_weights=local, compile_cache=True, adapters=bool(model.lora_adapters)
+            route.image, local_weights=local, compile_cache=True, side_loads=bool(side_loads(model))
         ),
         "lifecycle": {"preStop": {"sleep": {"seconds": SERVING_BUDGET.pre_stop_seconds}}},
     }
     if model.pd_role is not None:
-        container["env"] = [*env, *disaggregation.side_channel_env()]
+        container["env"] = [*env, *disaggregation.engine_env(model)]
         container["ports"] = [disaggregation.side_channel_port()]
     if model.pd_role == "decode":
         # vLLM behind the routing sidecar, which takes the service port ("http").
@@ -190,6 +190,9 @@ def pod_spec(
         container["ports"] = [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}, *container.get("ports", [])]
         container.update(_probes(model))
     spread = pods.selector_labels(model.name) if role == "single" else None
+    placed = pods.placement(hardware, prefer_capacity=pods.preferred_capacity(model.tier), spread_labels=spread)
+    if model.pd_role is not None:
+        placed["affinity"]["podAffinity"] = disaggregation.same_zone(model)
     return {
         "serviceAccountName": MODEL_READER_SERVICE_ACCOUNT,
         "automountServiceAccountToken": False,
@@ -197,21 +200,19 @@ def pod_spec(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": SERVING_BUDGET.grace_seconds,  # inside the spot notice
         "securityContext": dict(pods.POD_SECURITY),
-        **pods.placement(hardware, prefer_capacity=pods.preferred_capacity(model.tier), spread_labels=spread),
+        **placed,
         "initContainers": [
             *([pods.prefetch_init_container(spec.region, millicores, memory)] if local else []),
             *(
-                pods.prefetch_init_container(
-                    spec.region, millicores, memory, name=f"prefetch-lora-{i}", script=lora.adapter_script(a.name)
-                )
-                for i, a in enumerate(model.lora_adapters)
+                pods.prefetch_init_container(spec.region, millicores, memory, name=container, script=script)
+                for container, script, _, _ in side_loads(model)
             ),
             pods.compile_cache_init_container(route.image),
             *([disaggregation.routing_sidecar()] if model.pd_role == "decode" else []),
         ],
         "containers": [container],
         "volumes": pods.cache_volumes(
-            names.prefetch_config_map(model.name) if local or model.lora_adapters else None, memory,
+            names.prefetch_config_map(model.name) if local or side_loads(model) else None, memory,
             compile_cache=pods.compile_cache_dir(model), local_weights=local,
         ),
     }
@@ -230,16 +231,25 @@ def prefetch_script(
     )
 
 
-def adapter_scripts(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, str]:
-    """Per LoRA adapter, a pre-fetch script publishing its S3 prefix in the node's cache (lora.adapter_path),
-    versioned by content like the weights and within the same cache budget."""
+def side_loads(model: ModelServiceSpec) -> list[tuple[str, str, str, str]]:
+    """What the pod pre-fetches beside the weights, as (init container, script, S3 URI) with the cache key the
+    script publishes: each LoRA adapter (lora.adapter_path) and a speculative draft (speculative.draft_path)."""
+    loads = [(f"prefetch-lora-{i}", lora.adapter_script(a.name), a.weights, lora.adapter_key(model, a.name))
+             for i, a in enumerate(model.lora_adapters)]
+    if model.speculative is not None and model.speculative.weights is not None:
+        loads.append(("prefetch-draft", "prefetch-draft.sh", model.speculative.weights, speculative.draft_key(model)))
+    return loads
+
+
+def side_load_scripts(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, str]:
+    """Per side load, a pre-fetch script publishing its S3 prefix in the node's cache, versioned by content like
+    the weights and within the same cache budget."""
     budget = pool_cache_budget_bytes(hardware)
     scripts = {}
-    for adapter in model.lora_adapters:
-        bucket, _, prefix = adapter.weights.removeprefix("s3://").partition("/")
-        scripts[lora.adapter_script(adapter.name)] = render_prefetch_script(
-            bucket=bucket, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=lora.adapter_key(model, adapter.name),
-            cache_budget_bytes=budget,
+    for _, script, uri, key in side_loads(model):
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        scripts[script] = render_prefetch_script(
+            bucket=bucket, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=key, cache_budget_bytes=budget,
         )
     return scripts
 
@@ -265,7 +275,7 @@ class ModelService(pulumi.ComponentResource):
         if model.weight_loader == "local":
             scripts["prefetch.sh"] = prefetch_script(model, hardware, args.weights_bucket)
             scripts[PIN_SCRIPT] = render_pin_script(pods.model_path(model))
-        scripts.update(adapter_scripts(model, hardware))
+        scripts.update(side_load_scripts(model, hardware))
         prefetch = [ConfigMap(
             f"{name}-prefetch",
             metadata={"name": names.prefetch_config_map(model.name), "namespace": namespace, "labels": labels},

@@ -267,7 +267,7 @@ def cache_volumes(
     prefetch_config_map: str | None, memory: int, *, compile_cache: str | None = None, local_weights: bool = True,
 ) -> list[dict[str, Any]]:
     """The pod's volumes: the NVMe cache and the pre-fetch scripts (when anything is pre-fetched: the weights
-    unless vLLM streams them from S3, or LoRA adapters), the compile cache when given (a hostPath, kept across
+    unless vLLM streams them from S3, LoRA adapters, a draft model), the compile cache when given (a hostPath, kept across
     pod restarts), shared memory, HOME and /tmp."""
     volumes: list[dict[str, Any]] = []
     if local_weights or prefetch_config_map is not None:
@@ -369,12 +369,12 @@ def pinned_weights(argv: list[str]) -> list[str]:
 
 
 def vllm_mounts(
-    image: str, *, local_weights: bool = True, compile_cache: bool = False, adapters: bool = False
+    image: str, *, local_weights: bool = True, compile_cache: bool = False, side_loads: bool = False
 ) -> list[dict[str, Any]]:
-    """The NVMe cache (for local weights or LoRA adapters) and the pin script (local weights), the compile
-    cache when the pod has one, shared memory and HOME."""
+    """The NVMe cache (for local weights, LoRA adapters or a draft model) and the pin script (local weights), the
+    compile cache when the pod has one, shared memory and HOME."""
     mounts: list[dict[str, Any]] = []
-    if local_weights or adapters:
+    if local_weights or side_loads:
         mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT, "readOnly": True})
     if local_weights:
         mounts.append({"name": "prefetch", "mountPath": WEIGHTS_SCRIPTS_MOUNT, "readOnly": True})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from inferstack.planning.disaggregation import kv_transfer_args
+from inferstack.planning.disaggregation import kv_transfer_args, served_name
 from inferstack.planning.kv_offload import kv_offload_args
 from inferstack.planning.lora import lora_args
 from inferstack.planning.quantization import vllm_quantization
@@ -53,7 +53,7 @@ def _data_and_expert_parallel_args(model: ModelServiceSpec) -> list[str]:
 
 def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role = "single") -> list[str]:
     """Engine flags shared by `vllm serve` and `vllm run-batch`."""
-    args = ["--served-model-name", model.name, "--dtype", model.dtype]
+    args = ["--served-model-name", served_name(model), "--dtype", model.dtype]
     method = vllm_quantization(model)  # None for a pre-quantized checkpoint: vLLM reads its config
     if method is not None:
         args += ["--quantization", method]

@@ -250,6 +250,9 @@ def _check_s3_uris(spec: StackSpec) -> None:
         uris += [(f"models[{i}].lora_adapters[{j}].weights", adapter.weights, "the prefix holding the adapter's "
                   f"adapter_config.json, e.g. s3://my-bucket/adapters/{adapter.name}/")
                  for j, adapter in enumerate(model.lora_adapters)]
+        if model.speculative is not None and model.speculative.weights is not None:
+            uris.append((f"models[{i}].speculative.weights", model.speculative.weights,
+                         "the prefix holding the draft's config.json, e.g. s3://my-bucket/drafts/eagle3/"))
     for i, job in enumerate(spec.batch_jobs):
         uris.append((f"batch_jobs[{i}].input", job.input, "the JSONL object, e.g. s3://my-bucket/batch/input.jsonl"))
         uris.append((f"batch_jobs[{i}].output", job.output, None))

@@ -682,6 +682,10 @@ class SpeculativeSpec(Model):
     model: str | None = Field(
         None, description="Hugging Face id of the draft model or EAGLE head. Required for draft_model, eagle, eagle3."
     )
+    weights: S3Uri | None = Field(
+        None, description="S3 prefix holding the draft's files, pre-fetched to the NVMe cache beside the model's "
+        "(serving pods reach no model hub). Required with model.",
+    )
     draft_params_billion: float | None = Field(
         None, gt=0, description="Draft model size, for sizing, when the catalog does not list it. Defaults to the "
         "catalog's.",
