@@ -94,6 +94,8 @@ def test_the_draft_is_counted_per_gpu(stack):
     assert result.draft_bytes_per_device == 1_600_000_000 * 2 // 4
     without = fit(model.model_copy(update={"speculative": None}), hardware(stack, model))
     assert without.kv_cache_bytes_per_device - result.kv_cache_bytes_per_device == 800_000_000
+    # The EAGLE-3 head's one decoder layer keeps KV like one of the target's: FP8, 8 KV heads over 4 ranks, 128 wide.
+    assert result.kv_bytes_per_token_per_device - without.kv_bytes_per_token_per_device == 2 * 2 * 128 * 1
 
 
 @pytest.mark.parametrize("change, field", [

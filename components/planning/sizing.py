@@ -353,7 +353,9 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
         reserve_bytes_per_device=reserve_bytes_per_device(model, hardware),
         kv_bytes_per_token=kv_bytes_per_token(model),
         kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model)
-        + speculative.draft_kv_bytes_per_token_per_device(model, KV_BYTES[model.kv_cache_dtype]),
+        + speculative.draft_kv_bytes_per_token_per_device(
+            model, KV_BYTES[model.kv_cache_dtype], _per_layer_bytes(model, model.tensor_parallel)
+        ),
         max_model_len=model.max_model_len,
         stated_sequences=stated_sequences(model),
         data_parallel=model.data_parallel,

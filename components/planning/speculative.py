@@ -91,11 +91,17 @@ def draft_weights_bytes_per_device(model: ModelServiceSpec) -> int:
     return math.ceil(params * 1e9 * DRAFT_BYTES_PER_PARAM / draft_tensor_parallel(model))
 
 
-def draft_kv_bytes_per_token_per_device(model: ModelServiceSpec, kv_width: int) -> int:
-    """The draft's KV per token on one GPU, for a draft the catalog knows (its GQA layers and KV heads)."""
+def draft_kv_bytes_per_token_per_device(model: ModelServiceSpec, kv_width: int, target_layer_bytes: int) -> int:
+    """The draft's KV per token on one GPU: a draft the catalog knows by its GQA layers and KV heads; an EAGLE
+    head the catalog does not list as one decoder layer shaped like the target's (vLLM builds the head's
+    config.num_hidden_layers decoder layers, vllm/model_executor/models/llama_eagle3.py, and the published
+    heads have one)."""
     spec = model.speculative
-    if spec is None or spec.method not in NEEDS_MODEL or (arch := draft_architecture(spec)) is None:
+    if spec is None or spec.method not in NEEDS_MODEL:
         return 0
+    arch = draft_architecture(spec)
+    if arch is None:
+        return target_layer_bytes if spec.method in ("eagle", "eagle3") else 0
     heads = max(1, arch.kv_heads // draft_tensor_parallel(model))
     return arch.layers * 2 * heads * arch.head_dim * kv_width
 
