@@ -25,10 +25,11 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_serving_features import edited, refusal  # noqa: E402
 
 from inferstack.cli import main
 from inferstack.planning.disaggregation import prefill_engine
-from inferstack.spec import SpecError, StackSpec
+from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
@@ -160,17 +161,7 @@ def test_the_prefill_engine_keeps_the_model_and_takes_the_roles_shape(stack):
 
 
 def changed(stack: StackSpec, **changes) -> dict:
-    data = stack.model_dump(mode="json", exclude_none=True)
-    model = next(m for m in data["models"] if m["name"] == SERVICE)
-    for key, value in changes.items():
-        model[key] = value
-    return data
-
-
-def refused(data: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(data)
-    return caught.value
+    return edited(stack, SERVICE, **changes)
 
 
 def prefill(**role) -> dict:
@@ -192,7 +183,7 @@ def prefill(**role) -> dict:
     ({"name": "q" * 34}, "name", "over 40 characters"),
 ])
 def test_layouts_that_fail_or_fall_back_to_tcp_are_refused(stack, changes, path, words):
-    error = refused(changed(stack, **changes))
+    error = refusal(changed(stack, **changes))
     assert error.path == f"models[0].{path}" and words in str(error), str(error)
 
 
@@ -201,7 +192,7 @@ def test_roles_in_two_zones_are_refused(stack):
     h100 = next(p for p in data["node_pools"] if p["name"] == "h100")
     data["node_pools"].append({**h100, "name": "h100-b", "availability_zones": ["us-east-1b"]})
     h100["availability_zones"] = ["us-east-1a"]
-    error = refused(data)
+    error = refusal(data)
     assert error.path == "models[0].disaggregation.prefill.pool" and "does not cross zones" in str(error)
 
 
@@ -211,7 +202,7 @@ def test_the_gateway_must_split_the_requests(stack):
     for model in data["models"]:
         if model["autoscaling"].get("metric") == "epp_queue":
             model["autoscaling"]["metric"] = "queue_depth"
-    assert refused(data).path == "models[0].disaggregation"
+    assert refusal(data).path == "models[0].disaggregation"
 
 
 # vLLM 0.33.0 vllm/config/kv_transfer.py KVTransferConfig fields (lines 60-88) and kv_role choices (11-13); the keys

@@ -58,10 +58,11 @@ def hardware(stack: StackSpec, model) -> PoolHardware:
     return PoolHardware(stack.pool(model.pool))
 
 
-def edited(stack: StackSpec, name: str, **changes) -> dict:
+def edited(stack: StackSpec, service: str, **changes) -> dict:
+    """The stack as data with one service's fields replaced (None drops a field)."""
     data = stack.model_dump(mode="json", exclude_none=True)
     for m in data["models"]:
-        if m["name"] == name:
+        if m["name"] == service:
             for key, value in changes.items():
                 if value is None:
                     m.pop(key, None)
