@@ -14,11 +14,11 @@ from inferstack.planning.node_groups import nodes_at, nodes_at_min
 from inferstack.planning.interruption import interruption_plan
 from inferstack.planning.node_health import node_health_plan
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
-from inferstack.planning.sizing import GIB, fit, kv_formula, parallel_layout
+from inferstack.planning.sizing import GIB, Fit, fit, kv_formula, parallel_layout
 from inferstack.presentation.pool_drawing import pack
 from inferstack.serving import names
 from inferstack.serving.transport import transport
-from inferstack.spec import StackSpec
+from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 
 
@@ -163,7 +163,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
     return rows
 
 
-def engine_cost(model, hardware: PoolHardware, node_price: float | None) -> dict[str, float] | None:
+def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, node_price: float | None) -> dict[str, float] | None:
     """On-demand $/h of the engine's GPUs: its replicas x GPUs at the node's price per GPU."""
     if node_price is None:
         return None
@@ -173,7 +173,7 @@ def engine_cost(model, hardware: PoolHardware, node_price: float | None) -> dict
             "max": round(per_replica * scaling.max_replicas, 2)}
 
 
-def disaggregation_line(spec: StackSpec, model) -> str | None:
+def disaggregation_line(spec: StackSpec, model: ModelServiceSpec) -> str | None:
     """A disaggregated service's roles side by side: engines, GPUs, cost, and what moves between them."""
     from inferstack.planning.disaggregation import NIXL_BACKENDS, prefill_name
     from inferstack.planning.sizing import kv_bytes_per_token
@@ -194,7 +194,7 @@ def disaggregation_line(spec: StackSpec, model) -> str | None:
             f"a token) pulled by the decode engine over EFA (NIXL {'/'.join(NIXL_BACKENDS)})")
 
 
-def serving_features(model, result) -> list[str]:
+def serving_features(model: ModelServiceSpec, result: Fit) -> list[str]:
     """What the engine features take and do, one line each: LoRA slots, the speculative draft, the host KV tier."""
     from inferstack.planning import kv_offload, lora, speculative
 
