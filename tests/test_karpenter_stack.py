@@ -206,3 +206,24 @@ def test_node_objects_wait_for_the_nodes_access_entry(rendered):
     (entry,) = [r for r in resources if r["type"] == "aws:eks/accessEntry:AccessEntry" and r["inputs"]["type"] == "EC2_LINUX"]
     karpenter = [r for r in resources if r["type"].startswith(("kubernetes:karpenter.sh/", "kubernetes:karpenter.k8s.aws/"))]
     assert karpenter and all(entry["name"] in r["depends_on"] for r in karpenter)
+
+
+def test_min_scale_cost_counts_what_karpenter_runs_and_the_reservation_it_pays_for():
+    """Karpenter keeps no idle node: at min scale it runs what the services' minimum replicas need (reserved and
+    on-demand NodePools first, by weight); an ODCR is billed whether its instances run or not (EC2 User Guide,
+    "Capacity Reservation pricing and billing"), so a reserved pool costs at least its reservation."""
+    from inferstack.planning.cost import nodes_at_min_scale, stack_costs
+    from inferstack.planning.pool_capacity import nodes_for_replicas
+    from inferstack.spec.pools import PoolHardware
+    from inferstack.stacks import load_stack
+
+    spec = load_stack(STACKS, "karpenter")
+    costs = {c.pool: c for c in stack_costs(spec)}
+    for pool in spec.node_pools:
+        hardware = PoolHardware(pool)
+        needed = nodes_for_replicas([(m, m.autoscaling.min_replicas) for m in spec.models if m.pool == pool.name], hardware)
+        reserved = pool.capacity.on_demand_base if pool.capacity.reservation else 0
+        assert nodes_at_min_scale(spec, hardware) == max(needed, reserved), pool.name
+    reserved_pool = next(p for p in spec.node_pools if p.capacity.reservation is not None)
+    price = costs[reserved_pool.name].on_demand_usd_per_node
+    assert costs[reserved_pool.name].min_usd_per_hour >= round(price * reserved_pool.capacity.on_demand_base, 4)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from inferstack.catalog import on_demand_price
 from inferstack.planning.node_groups import nodes_at, nodes_at_min
+from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.spec import StackSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
@@ -23,7 +24,7 @@ class PoolCost:
     pool: str
     on_demand_usd_per_node: float | None   # the most expensive type's price; None when a type has no price
     spot_discount: float
-    min_usd_per_hour: float | None         # baseline nodes at the cheapest type
+    min_usd_per_hour: float | None         # min-scale nodes (nodes_at_min_scale) at the cheapest type
     max_usd_per_hour: float | None         # max_nodes at the most expensive type
     unpriced_types: tuple[str, ...] = ()   # instance types with no catalog price in the stack's region
 
@@ -31,6 +32,21 @@ class PoolCost:
 def nodes_cost(price: float, on_demand: int, spot: int, spot_discount: float) -> float:
     """USD per hour of `on_demand` nodes at `price` and `spot` nodes at the assumed discount off it."""
     return price * (on_demand + spot * (1 - spot_discount))
+
+
+def nodes_at_min_scale(spec: StackSpec, hardware: PoolHardware) -> int:
+    """Nodes the pool runs at min scale. Node groups keep their minimum sizes. Karpenter keeps no idle node: it
+    launches what the pool's services need at their minimum replicas, on the reserved or on-demand NodePools
+    first (their weights), and a reservation is paid for whether or not its instances run (EC2 User Guide,
+    "Capacity Reservation pricing and billing"), so its instances count as running."""
+    pool = hardware.spec
+    if not spec.platform.karpenter:
+        return nodes_at_min(pool)
+    needed = nodes_for_replicas(
+        [(m, m.autoscaling.min_replicas) for m in spec.models if m.pool == pool.name], hardware
+    )
+    reserved = pool.capacity.on_demand_base if pool.capacity.reservation is not None else 0
+    return min(pool.max_nodes, max(needed, reserved))
 
 
 def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
@@ -47,7 +63,7 @@ def pool_cost(spec: StackSpec, hardware: PoolHardware) -> PoolCost:
 
     highest = max(prices) if prices and not unpriced else None
     lowest = min(prices) if prices and not unpriced else None
-    return PoolCost(pool.name, highest, discount, at(nodes_at_min(pool), lowest), at(pool.max_nodes, highest), unpriced)
+    return PoolCost(pool.name, highest, discount, at(nodes_at_min_scale(spec, hardware), lowest), at(pool.max_nodes, highest), unpriced)
 
 
 def stack_costs(spec: StackSpec) -> list[PoolCost]:

@@ -9,8 +9,8 @@ from typing import Any, Mapping
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.engine.recorder import Recording
-from inferstack.planning.cost import nodes_cost, stack_costs
-from inferstack.planning.node_groups import nodes_at, nodes_at_min
+from inferstack.planning.cost import nodes_at_min_scale, nodes_cost, stack_costs
+from inferstack.planning.node_groups import nodes_at
 from inferstack.planning.interruption import interruption_plan
 from inferstack.planning.node_health import node_health_plan
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
@@ -47,7 +47,7 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
     for pool in spec.node_pools:
         hardware = PoolHardware(pool)
         cost = costs[pool.name]
-        baseline = nodes_at_min(pool)
+        baseline = nodes_at_min_scale(spec, hardware)
         rows.append(
             {
                 "name": pool.name,
