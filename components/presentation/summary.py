@@ -517,6 +517,9 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             "usd_per_hour_max": round(sum(p["max"] for p in priced), 2),
             "unpriced_pools": [p["name"] for p in pools if p["usd_per_hour"]["max"] is None],
             "budget_usd_per_hour": spec.budget.max_usd_per_hour,
+            # What runs at min scale (planning/cost.nodes_at_min_scale), said the way the plan prints it.
+            "min_scale": "at min scale Karpenter runs only what the minimum replicas need (a reservation is paid in full)"
+            if spec.platform.karpenter else "min scale runs the on-demand baseline",
         },
         "throughput": throughput(spec),
         "rollouts": rollouts(spec),

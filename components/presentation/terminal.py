@@ -178,7 +178,7 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
     console.print(
         f"[bold]Total[/bold]: up to {totals['gpus_max']} GPUs, {floor}{_usd(totals['usd_per_hour_min'])}/h at min "
         f"scale, {floor}{_usd(totals['usd_per_hour_max'])}/h at max scale ({prices}; spot assumed "
-        f"{spot:.0%} off on-demand; min scale runs the on-demand baseline, spot fills the rest up to max)"
+        f"{spot:.0%} off on-demand; {totals['min_scale']}, spot fills the rest up to max)"
     )
     if totals["unpriced_pools"]:
         console.print(f"  unpriced (no catalog price in {plan['region']}): {', '.join(totals['unpriced_pools'])}")
