@@ -31,6 +31,7 @@ from inferstack.spec.models import (
     CreateCluster,
     MigSharing,
     MpsSharing,
+    NodePoolSpec,
     StackSpec,
     TimeSlicing,
 )
@@ -712,7 +713,7 @@ def _check_disaggregation(spec: StackSpec, path: str, model: ModelServiceSpec, p
         )
 
 
-def _pool_zones(spec: StackSpec, pool) -> list[str] | None:
+def _pool_zones(spec: StackSpec, pool: NodePoolSpec) -> list[str] | None:
     """A pool's zones, its first one first (the one an EFA pool uses); None when the subnets exist already."""
     return list(pool.availability_zones) or _cluster_zones(spec)
 
