@@ -227,3 +227,23 @@ def test_min_scale_cost_counts_what_karpenter_runs_and_the_reservation_it_pays_f
     reserved_pool = next(p for p in spec.node_pools if p.capacity.reservation is not None)
     price = costs[reserved_pool.name].on_demand_usd_per_node
     assert costs[reserved_pool.name].min_usd_per_hour >= round(price * reserved_pool.capacity.on_demand_base, 4)
+
+
+def test_a_reservation_in_another_zone_than_the_pools_first_is_refused():
+    """A reservation holds one instance type in one zone (EC2 User Guide, "Capacity Reservations"), and the pool's
+    reserved nodes launch in its first zone, in both modes; a zone that matches, or none stated, passes."""
+    def reserve_in(zone):
+        return lambda spec: spec["node_pools"][0]["capacity"]["reservation"].update(availability_zone=zone)
+
+    error = refusal(reserve_in("us-east-1c"))
+    assert error.path == "node_pools[0].capacity.reservation.availability_zone"
+    assert "first zone, us-east-1a" in str(error) and "list us-east-1c first in node_pools[0].availability_zones" in str(error)
+    spec = copy.deepcopy(karpenter_spec())
+    reserve_in("us-east-1a")(spec)
+    StackSpec.model_validate(spec)
+    # Node groups launch reserved nodes the same way: the pool listing the reservation's zone first passes.
+    spec = copy.deepcopy(karpenter_spec())
+    spec["platform"]["node_autoscaler"] = "cluster-autoscaler"
+    reserve_in("us-east-1b")(spec)
+    spec["node_pools"][0]["availability_zones"] = ["us-east-1b"]
+    StackSpec.model_validate(spec)

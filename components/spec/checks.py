@@ -312,6 +312,7 @@ def _check_pool(spec: StackSpec, index: int) -> PoolHardware:
                         f"{t.name} is not sold as an EC2 Capacity Block",
                         "use a p-family type (p4d, p4de, p5, p5e, p5en, p6-b200) or kind 'odcr'",
                     )
+    _check_reservation_zone(spec, path, pool)
     _check_efa(path, hardware)
     _check_nvme(path, hardware)
     if spec.platform.karpenter:
@@ -710,6 +711,23 @@ def _check_disaggregation(spec: StackSpec, path: str, model: ModelServiceSpec, p
             f"role's {decode.spec.name!r} in {zones[decode.spec.name][0]}: EFA does not cross zones, so the KV cache "
             "would move over TCP",
             "give both pools the same first availability zone, or put both roles on one pool",
+        )
+
+
+def _check_reservation_zone(spec: StackSpec, path: str, pool: NodePoolSpec) -> None:
+    """A reservation is zonal and the pool's reserved nodes launch in its first zone (aws/node_pool.py: reserved
+    and EFA groups use one zone); EC2 starts no instance against a reservation in another zone (EC2 User Guide,
+    "Capacity Reservations": a reservation is for one instance type in one Availability Zone)."""
+    reservation = pool.capacity.reservation
+    if reservation is None or reservation.availability_zone is None:
+        return
+    zones = _pool_zones(spec, pool)
+    if zones and zones[0] != reservation.availability_zone:
+        raise SpecError(
+            f"{path}.capacity.reservation.availability_zone",
+            f"{reservation.id} is in {reservation.availability_zone}, but the pool's reserved nodes launch in its "
+            f"first zone, {zones[0]}",
+            f"list {reservation.availability_zone} first in {path}.availability_zones",
         )
 
 

@@ -226,6 +226,11 @@ class Reservation(Model):
         description="'odcr' (on-demand capacity reservation) or 'capacity_block' (EC2 Capacity Block for ML). Required."
     )
     id: Annotated[str, StringConstraints(pattern=r"^cr-[0-9a-f]{8,17}$")] = Field(description="Reservation id (cr-...). Required.")
+    availability_zone: str | None = Field(
+        None, pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$",
+        description="The zone the reservation is in, checked against the pool's first zone (where its reserved "
+        "nodes launch). Defaults to unchecked.",
+    )
 
 
 class CapacitySpec(Model):
