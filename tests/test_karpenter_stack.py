@@ -149,6 +149,8 @@ def pool(index: int, **fields):
 
 REFUSALS = {
     "min nodes": (pool(1, min_nodes=1), "node_pools[1].min_nodes", "Karpenter launches nodes for pending pods"),
+    # settings.featureGates.nodeRepair is one gate for the controller (shared/reference/karpenter.md section 8).
+    "repair on some pools": (pool(0, auto_repair=False), "node_pools[0].auto_repair", "one switch for the controller"),
     "mixed MIG": (pool(2, gpu_sharing={"mode": "mig", "strategy": "mixed", "layout": {"3g.40gb": 2}}),
                   "node_pools[2].gpu_sharing", "which Karpenter cannot see"),
     "shared GPUs": (pool(1, gpu_sharing={"mode": "time_slicing", "replicas": 2}), "node_pools[1].gpu_sharing",

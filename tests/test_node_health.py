@@ -31,7 +31,7 @@ from aws_recording import build, prod_spec, run  # noqa: E402
 from kube_validation import validate_object  # noqa: E402
 
 from inferstack.catalog.charts import eks_addon_versions
-from inferstack.conventions import GPU_TAINT_KEY, POOL_LABEL
+from inferstack.conventions import GPU_TAINT_KEY, POOL_LABEL, SHARING_LABEL
 from inferstack.planning import node_health
 from inferstack.platform.gpu_operator import gpu_operator_values
 from inferstack.spec import StackSpec
@@ -81,7 +81,7 @@ def prod():
 
 @pytest.fixture(scope="module")
 def configuration(prod):
-    return node_health.agent_configuration(prod)
+    return node_health.agent_configuration()
 
 
 def node(pool: str | None = None, arch: str = "amd64", **extra) -> dict[str, str]:
@@ -115,15 +115,20 @@ def test_overrides_keep_every_upstream_placement_term(configuration):
             assert expression in term["matchExpressions"], (half, expression)
 
 
-def test_the_agent_and_its_engine_run_where_they_should(configuration):
+def test_the_agent_and_its_engine_run_where_they_should(prod, configuration):
+    """Evaluated on the labels each pool's nodes register with (aws/node_pool.node_labels, both modes)."""
+    from inferstack.aws.node_pool import node_labels
+    from inferstack.spec.pools import PoolHardware
+
     agent, engine = configuration["nodeAgent"]["affinity"], configuration["dcgmAgent"]["affinity"]
     # System nodes: the agent (kernel, network, storage, runtime), no GPU engine.
     assert matches(agent, node()) and not matches(engine, node())
-    # GPU pools but MIG: both, from the pool label set when the node registers.
-    for pool in ("h100", "h200", "a100", "l4"):
-        assert matches(agent, node(pool)) and matches(engine, node(pool)), pool
-    # The MIG pool: neither (the engine would block mig-manager's GPU reset; the agent alone latches DCGMError).
-    assert not matches(agent, node("mig")) and not matches(engine, node("mig"))
+    for pool in prod.node_pools:
+        labels = node(**node_labels(pool, PoolHardware(pool), "on-demand"))
+        # MIG nodes get neither (the engine would block mig-manager's GPU reset; the agent alone latches
+        # DCGMError); every other GPU node both.
+        watched = pool.gpu_sharing.mode != "mig"
+        assert matches(agent, labels) == watched and matches(engine, labels) == watched, pool.name
     # Upstream exclusions hold: Fargate never, arm64 GPU nodes get no engine.
     assert not matches(agent, node(**{"eks.amazonaws.com/compute-type": "fargate"}))
     assert not matches(engine, node("h100", arch="arm64"))
@@ -137,11 +142,19 @@ def test_the_engine_tolerates_every_gpu_pool_taint(prod, configuration):
             assert tolerated(tolerations, {"key": taint.key, "value": taint.value, "effect": taint.effect}), pool.name
 
 
-def test_no_mig_pool_means_no_exclusion():
-    spec = build({"node_pools": [p for p in prod_spec()["node_pools"] if p["name"] != "mig"]})
-    agent = node_health.agent_configuration(spec)["nodeAgent"]["affinity"]
-    (term,) = agent["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term["matchExpressions"] == UPSTREAM_AGENT_TERMS
+def test_the_values_select_by_label_not_by_pool_name(configuration):
+    """Beyond the chart's own terms, only the labels every GPU node carries: adding or renaming a pool leaves the
+    add-on's values, so no DCGM engine restarts (and no agent latches DCGMError) because another pool changed."""
+    def ours(half, upstream):
+        (term,) = configuration[half]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        return [e for e in term["matchExpressions"] if e not in upstream]
+
+    not_mig = {"key": SHARING_LABEL, "operator": "NotIn", "values": ["mig"]}
+    assert ours("nodeAgent", UPSTREAM_AGENT_TERMS) == [not_mig]
+    assert ours("dcgmAgent", UPSTREAM_ENGINE_TERMS) == [{"key": POOL_LABEL, "operator": "Exists"}, not_mig]
+    assert json.loads(node_health.agent_configuration_json()) == configuration
 
 
 def test_two_host_engines_share_no_profiling_module():
@@ -159,7 +172,7 @@ def test_the_add_on_is_pinned_configured_and_waits_for_the_system_nodes(prod):
     recording = run(prod)
     (addon,) = [a for a in recording.of_type("aws:eks/addon:Addon") if a.inputs["addonName"] == node_health.ADDON]
     assert addon.inputs["addonVersion"] == eks_addon_versions()[prod.cluster.kubernetes_version][node_health.ADDON]
-    assert json.loads(addon.inputs["configurationValues"]) == node_health.agent_configuration(prod)
+    assert json.loads(addon.inputs["configurationValues"]) == node_health.agent_configuration()
     system = recording.named("prod-eks-system")
     assert system.urn in addon.depends_on or system.name in addon.depends_on
 
@@ -179,6 +192,7 @@ def test_no_add_on_when_off_or_the_cluster_is_not_ours(change):
 def test_the_plan_says_what_watches_and_repairs_each_pool(prod):
     health = {p["pool"]: p for p in node_health.node_health_plan(prod)["pools"]}
     assert health["h100"]["gpu_monitored"] and "AcceleratedHardwareReady" in health["h100"]["why"]
+    assert "diagnostics" not in health["h100"]["why"]   # the agent runs none unless DCGM_DIAG_LEVEL is set
     assert health["h100"]["repair"].startswith("EKS node auto repair replaces a node 10 min after")
     assert not health["mig"]["gpu_monitored"] and "mig-manager" in health["mig"]["why"]
     assert health["mig"]["repair"] == "EKS node auto repair replaces a node 30 min after it stops being Ready"

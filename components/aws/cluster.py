@@ -170,7 +170,7 @@ class EksCluster(pulumi.ComponentResource):
             # Nothing waits for it: it only watches nodes, and its GPU half starts on each GPU node as it joins.
             self._addon(
                 name, cluster, node_health.ADDON, cluster_spec.kubernetes_version, after=[system_nodes],
-                configuration_values=node_health.agent_configuration_json(spec),
+                configuration_values=node_health.agent_configuration_json(),
             )
 
         self.cluster_name = cluster.name

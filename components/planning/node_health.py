@@ -22,7 +22,7 @@ from importlib.resources import files
 from typing import Any, Mapping
 
 from inferstack.catalog.charts import eks_addon_versions
-from inferstack.conventions import POOL_LABEL
+from inferstack.conventions import POOL_LABEL, SHARING_LABEL
 from inferstack.spec import CreateCluster, MigSharing, NodePoolSpec, StackSpec
 
 FACTS: Mapping[str, Any] = json.loads(
@@ -30,6 +30,7 @@ FACTS: Mapping[str, Any] = json.loads(
 )
 ADDON = FACTS["addon"]
 GPU_CONDITION = "AcceleratedHardwareReady"
+MIG = "mig"  # the gpu-sharing node label of a MIG pool (aws/node_pool.node_labels)
 _ARCH = "kubernetes.io/arch"
 
 
@@ -55,11 +56,13 @@ def pool_health(spec: StackSpec, pool: NodePoolSpec) -> PoolHealth:
     minutes = FACTS["repair_after_minutes"]
     watched = installs_agent(spec) and gpu_monitored(pool)
     if watched:
-        why = f"{ADDON} (DCGM: XID, ECC, NVLink, diagnostics) sets {GPU_CONDITION}"
+        why = f"{ADDON} (DCGM policies and health checks: XID, ECC, NVLink, fabric) sets {GPU_CONDITION}"
     elif not spec.platform.node_monitoring_agent:
         why = "not watched: platform.node_monitoring_agent is off"
     elif not isinstance(spec.cluster, CreateCluster):
-        why = f"watched only if the existing cluster runs the {ADDON} add-on"
+        why = (f"watched only if the existing cluster runs the {ADDON} add-on with its dcgm-server tolerating the GPU "
+               "taint (by default it tolerates none, and the agent's lasting DCGMError then has repair replace "
+               "the node)")
     else:
         why = ("not watched: MIG nodes run no DCGM host engine, which would block the GPU reset mig-manager needs "
                "to enable MIG mode")
@@ -97,26 +100,23 @@ def _required(terms: list[dict[str, Any]]) -> dict[str, Any]:
     }}}
 
 
-def agent_configuration(spec: StackSpec) -> dict[str, Any]:
+def agent_configuration() -> dict[str, Any]:
     """The add-on's configuration values (its schema: charts/configuration.schema.json at v1.7.0).
 
-    The agent runs on every node but MIG pools'. Its DCGM host engine runs on the GPU pools' other nodes (by
-    pool label, set when the node registers, so the engine is up inside the agent's one-minute start grace)
-    and tolerates every taint, as the agent does: the chart tolerates none and GPU nodes are tainted.
+    The agent runs on every node but MIG nodes. Its DCGM host engine runs on the other GPU nodes, told apart by
+    the labels every GPU node registers with (pool, sharing mode), so the engine is up inside the agent's
+    one-minute start grace; the terms name no pool, so adding or renaming one never restarts the engines. The
+    engine tolerates every taint, as the agent does: the chart tolerates none and GPU nodes are tainted.
     """
-    unwatched = sorted(pool.name for pool in spec.node_pools if not gpu_monitored(pool))
-    agent_terms = _kept_terms(FACTS["agent_architectures"])
-    if unwatched:
-        agent_terms.append({"key": POOL_LABEL, "operator": "NotIn", "values": unwatched})
-    engine_terms = [*_kept_terms(FACTS["dcgm_server_architectures"]), {"key": POOL_LABEL, "operator": "Exists"}]
-    if unwatched:
-        engine_terms.append({"key": POOL_LABEL, "operator": "NotIn", "values": unwatched})
+    not_mig = {"key": SHARING_LABEL, "operator": "NotIn", "values": [MIG]}
+    agent_terms = [*_kept_terms(FACTS["agent_architectures"]), not_mig]
+    engine_terms = [*_kept_terms(FACTS["dcgm_server_architectures"]), {"key": POOL_LABEL, "operator": "Exists"}, not_mig]
     return {
         "nodeAgent": {"affinity": _required(agent_terms)},
         "dcgmAgent": {"affinity": _required(engine_terms), "tolerations": [{"operator": "Exists"}]},
     }
 
 
-def agent_configuration_json(spec: StackSpec) -> str:
-    """As EKS takes it: a JSON document, keys sorted so an unchanged spec never shows a diff."""
-    return json.dumps(agent_configuration(spec), sort_keys=True)
+def agent_configuration_json() -> str:
+    """As EKS takes it: a JSON document, keys sorted so it never shows a diff."""
+    return json.dumps(agent_configuration(), sort_keys=True)

@@ -52,6 +52,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     _check_images(spec)
     pools = {p.name: _check_pool(spec, i) for i, p in enumerate(spec.node_pools)}
     _check_gpu_operator(spec)
+    _check_karpenter_repair(spec)
     _check_cluster(spec)
     for i in range(len(spec.models)):
         _check_auto_fields(spec, i, pools)
@@ -712,6 +713,22 @@ def _check_disaggregation(spec: StackSpec, path: str, model: ModelServiceSpec, p
             "would move over TCP",
             "give both pools the same first availability zone, or put both roles on one pool",
         )
+
+
+def _check_karpenter_repair(spec: StackSpec) -> None:
+    """Karpenter's node repair is one feature gate for the whole controller (settings.featureGates.nodeRepair,
+    shared/reference/karpenter.md section 8), so under Karpenter every pool is repaired or none is."""
+    if not spec.platform.karpenter or len({pool.auto_repair for pool in spec.node_pools}) < 2:
+        return
+    repaired = next(pool.name for pool in spec.node_pools if pool.auto_repair)
+    index, pool = next((i, p) for i, p in enumerate(spec.node_pools) if not p.auto_repair)
+    raise SpecError(
+        f"node_pools[{index}].auto_repair",
+        f"false, but Karpenter's node repair is one switch for the controller: with {repaired!r} repaired, the "
+        f"nodes of {pool.name!r} would be replaced too",
+        "set auto_repair the same on every pool, or use platform.node_autoscaler 'cluster-autoscaler', whose node "
+        "groups are repaired one by one",
+    )
 
 
 def _check_reservation_zone(spec: StackSpec, path: str, pool: NodePoolSpec) -> None:
