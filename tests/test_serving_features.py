@@ -311,3 +311,21 @@ def test_every_speculative_config_is_one_vllm_accepts(stack, config):
     rendered = speculative.speculative_config(model)
     assert set(rendered) <= SPECULATIVE_FIELDS and rendered["method"] in SPECULATIVE_METHODS
     assert rendered["num_speculative_tokens"] >= 1
+
+
+@pytest.mark.parametrize("service, pool", [("llama-8b-lora", "l40s"), ("qwen-32b-pd", "h100"),
+                                           ("llama-70b-eagle", "h100"), ("qwen-14b-tiered", "l40s")])
+def test_a_batch_job_runs_the_services_base_engine(stack, service, pool):
+    """Batch pods pre-fetch the weights only and have no peers: no adapters, draft, host tier or KV transfer."""
+    from inferstack.serving.batch_model import batch_model
+    from inferstack.serving.vllm_args import run_batch_argv
+
+    data = stack.model_dump(mode="json", exclude_none=True)
+    data["batch_jobs"] = [{"name": "nightly", "model_service": service, "pool": pool,
+                           "input": "s3://ml-batch/in.jsonl", "output": "s3://ml-batch/out/"}]
+    spec = StackSpec.model_validate(data)
+    model, hardware = batch_model(spec, 0)
+    argv = run_batch_argv(model, hardware, "/models/x", input_path="/in", output_path="/out")
+    assert not {"--enable-lora", "--lora-modules", "--speculative-config", "--kv-offloading-size",
+                "--kv-transfer-config"} & set(argv)
+    assert argv[argv.index("--served-model-name") + 1] == service

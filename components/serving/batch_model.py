@@ -1,4 +1,4 @@
-"""A batch job's model: its model service moved onto the job's pool, checked to fit there on one node.
+"""A batch job's model: its model service's base engine moved onto the job's pool, checked to fit there on one node.
 
 Pure (no Pulumi): the spec check runs it for every job before anything registers, and the batch job
 component uses the same result.
@@ -12,8 +12,13 @@ from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 
 
+# A batch job runs its service's base engine: adapters and a draft are pre-fetched by serving pods only, a host KV
+# tier is sized inside a serving pod's memory, and a prefill/decode split needs the other role's engines.
+BASE_ENGINE = {"lora_adapters": (), "max_loras": None, "speculative": None, "kv_offload": None, "disaggregation": None}
+
+
 def batch_model(spec: StackSpec, index: int) -> tuple[ModelServiceSpec, PoolHardware]:
-    """The job's model service moved onto the job's pool, checked to fit there on one node."""
+    """The job's model service moved onto the job's pool as its base engine, checked to fit there on one node."""
     job = spec.batch_jobs[index]
     path = f"batch_jobs[{index}]"
     service = spec.model_service(job.model_service)
@@ -24,7 +29,7 @@ def batch_model(spec: StackSpec, index: int) -> tuple[ModelServiceSpec, PoolHard
             "point the job at a single-node model service",
         )
     hardware = PoolHardware(spec.pool(job.pool))
-    model = service.model_copy(update={"pool": job.pool})
+    model = service.model_copy(update={"pool": job.pool, **BASE_ENGINE})
     resource = hardware.resource_for_slice(model.mig_profile)
     if resource.startswith("nvidia.com/mig-") and resource not in hardware.resources_per_node:
         raise SpecError(

@@ -967,7 +967,10 @@ class BatchJobSpec(Model):
     or one Job when there is none."""
 
     name: Name = Field(description="Job name (the CronJob's, or the one-off Job's prefix). Required.")
-    model_service: str = Field(description="Model service whose model and precision the job runs. Required.")
+    model_service: str = Field(
+        description="Model service whose model and precision the job runs (its base engine: no LoRA adapters, "
+        "speculative draft, host KV tier or prefill/decode split). Required."
+    )
     pool: str = Field(description="Node pool to run on (a batch pool on spot is typical). Required.")
     input: S3Uri = Field(description="S3 URI of the OpenAI batch input (JSONL). Required.")
     output: S3Uri = Field(description="S3 URI for the results. Required.")
