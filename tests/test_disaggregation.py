@@ -258,3 +258,9 @@ def test_both_roles_stay_in_one_zone_and_prefill_keeps_connections_open(rendered
         assert matches(term["labelSelector"], template["metadata"]["labels"])
     env = {e["name"]: e.get("value") for e in vllm(named(objects, "Deployment", f"{SERVICE}-prefill")["spec"]["template"]["spec"])["env"]}
     assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 90
+
+
+@pytest.mark.parametrize("field", ["pool", "tensor_parallel"])
+def test_auto_placement_is_refused_for_a_disaggregated_service(stack, field):
+    error = refusal(changed(stack, **{field: "auto"}))
+    assert error.path == f"models[0].{field}" and "sized against its prefill role" in str(error)

@@ -249,3 +249,22 @@ def test_a_reservation_in_another_zone_than_the_pools_first_is_refused():
     reserve_in("us-east-1b")(spec)
     spec["node_pools"][0]["availability_zones"] = ["us-east-1b"]
     StackSpec.model_validate(spec)
+
+
+def test_a_budget_with_auto_parallelism_is_checked_on_the_resolved_engines():
+    """The budget check prices Karpenter's min scale from the services' minimum replicas, which need the decided
+    tensor_parallel: it runs on the resolved engines, not on 'auto'."""
+    spec = {
+        "environment": "budgeted", "budget": {"max_usd_per_hour": 500},
+        "platform": {"node_autoscaler": "karpenter"},
+        "node_pools": [{"name": "l40s", "instance_types": ["g6e.4xlarge"], "max_nodes": 4,
+                        "capacity": {"on_demand_base": 1}}],
+        "models": [{"name": "m", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "l40s", "tensor_parallel": "auto",
+                    "max_model_len": 8192, "max_num_seqs": 8}],
+    }
+    resolved = StackSpec.model_validate(spec).resolved()
+    assert resolved.models[0].tensor_parallel == 1
+    spec["budget"]["max_usd_per_hour"] = 1
+    with pytest.raises(SpecError) as caught:
+        StackSpec.model_validate(spec)
+    assert caught.value.path == "budget.max_usd_per_hour"

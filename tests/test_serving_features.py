@@ -329,3 +329,24 @@ def test_a_batch_job_runs_the_services_base_engine(stack, service, pool):
     assert not {"--enable-lora", "--lora-modules", "--speculative-config", "--kv-offloading-size",
                 "--kv-transfer-config"} & set(argv)
     assert argv[argv.index("--served-model-name") + 1] == service
+
+
+def test_the_node_cache_counts_what_a_pod_prefetches(stack):
+    """Adapters and a draft land in the same NVMe budget as the weights; s3_stream weights never do."""
+    from inferstack.planning.sizing import checkpoint_bytes, prefetched_bytes
+
+    lora_model = service(stack, "llama-8b-lora")
+    adapters = sum(lora.adapter_file_bytes(lora_model, a.rank) for a in lora_model.lora_adapters)
+    # Rank 16 on Llama 3.1 8B: 32 layers x 2 B x 16 x (7 x 4096 + 2 x 4096 + 2 x 1024 + 3 x I).
+    assert lora.adapter_file_bytes(lora_model, 16) == 32 * 2 * 16 * (7 * 4096 + 2 * 4096 + 2 * 1024 + 3 * lora.intermediate_size(lora_model))
+    assert prefetched_bytes(lora_model) == checkpoint_bytes(lora_model) + adapters
+    streamed = lora_model.model_copy(update={"weight_loader": "s3_stream"})
+    assert prefetched_bytes(streamed) == adapters
+    eagle = service(stack, "llama-70b-eagle")
+    assert prefetched_bytes(eagle) == checkpoint_bytes(eagle) + 1_600_000_000 * 2
+
+
+def test_a_fit_refusal_names_the_adapter_slots_it_counted(stack):
+    data = edited(stack, "llama-8b-lora", max_model_len=65536, max_num_seqs=1, gpu_memory_utilization=0.42)
+    error = refusal(data)
+    assert "LoRA slots 0.47 GiB" in str(error), str(error)

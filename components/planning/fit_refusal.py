@@ -144,6 +144,11 @@ def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> Non
         f"a {device} gives {_gib(result.budget_bytes_per_device)} at gpu_memory_utilization "
         f"{model.gpu_memory_utilization}"
     )
+    # LoRA slots and a speculative draft take their share before the KV cache (sizing.Fit).
+    extras = "".join(
+        f", {what} {_gib(size)}" for what, size in
+        (("LoRA slots", result.adapter_bytes_per_device), ("draft", result.draft_bytes_per_device)) if size
+    )
     if not result.weights_fit:
         served = served_format(model)
         precision = model.dtype if served.weight_bits == 16 else describe(served)
@@ -151,14 +156,17 @@ def check_fit(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> Non
         problem = (
             f"{model.model} does not fit: {where} over {result.devices} device(s) need "
             f"{_gib(result.weights_bytes_per_device)} each plus {_gib(result.reserve_bytes_per_device)} runtime "
-            f"reserve, but {budget}"
+            f"reserve{extras}, but {budget}"
         )
-        field = "quantization"
+        # What overflows: the weights, or what the features add to weights that fit alone.
+        alone = result.weights_bytes_per_device + result.reserve_bytes_per_device <= result.budget_bytes_per_device
+        field = ("lora_adapters" if result.adapter_bytes_per_device else "speculative") if alone and extras \
+            else "quantization"
     else:
         problem = (
             f"{model.model} leaves {_gib(result.kv_cache_bytes_per_device)} per device for the KV cache "
             f"({budget}; weights {_gib(result.weights_bytes_per_device)}, reserve "
-            f"{_gib(result.reserve_bytes_per_device)}): {result.rank_kv_tokens} tokens at "
+            f"{_gib(result.reserve_bytes_per_device)}{extras}): {result.rank_kv_tokens} tokens at "
             f"{result.kv_bytes_per_token_per_device} bytes per token per device, fewer than one "
             f"{model.max_model_len}-token sequence"
         )

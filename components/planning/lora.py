@@ -57,6 +57,15 @@ def slot_bytes_per_layer(model: ModelServiceSpec) -> int:
     return math.ceil(DTYPE_BYTES * rank * (7 * arch.hidden_size + (2 * q + 2 * kv + 3 * intermediate_size(model)) / tp))
 
 
+def adapter_file_bytes(model: ModelServiceSpec, rank: int) -> int:
+    """An adapter's safetensors at its own rank over every layer and linear module, whole (no tensor split):
+    what its pre-fetch copies (the module docstring's formula with tp 1)."""
+    arch = model.resolved_architecture
+    q = arch.attention_heads * arch.head_dim
+    kv = arch.kv_heads * arch.head_dim
+    return arch.layers * DTYPE_BYTES * rank * (7 * arch.hidden_size + 2 * q + 2 * kv + 3 * intermediate_size(model))
+
+
 def adapter_bytes_per_device(model: ModelServiceSpec) -> int:
     """The adapter slots on one GPU: every slot in each of its pipeline stage's layers."""
     if not model.lora_adapters:

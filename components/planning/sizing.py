@@ -364,6 +364,19 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
     )
 
 
+def prefetched_bytes(model: ModelServiceSpec) -> int:
+    """What a serving pod copies into the node's cache: the checkpoint (unless vLLM streams it from S3), each LoRA
+    adapter (planning/lora.adapter_file_bytes) and a speculative draft's 16-bit weights."""
+    from inferstack.planning import lora, speculative  # both size with this module's byte facts
+
+    stored = checkpoint_bytes(model) if model.weight_loader == "local" else 0
+    stored += sum(lora.adapter_file_bytes(model, adapter.rank) for adapter in model.lora_adapters)
+    spec = model.speculative
+    if spec is not None and (params := speculative.draft_params(spec)) is not None:
+        stored += math.ceil(params * 1e9 * speculative.DRAFT_BYTES_PER_PARAM)
+    return stored
+
+
 def load_seconds(model: ModelServiceSpec) -> int:
     """Seconds from container start until vLLM serves: the startup probe and scale-down windows use it."""
     return ENGINE_START_SECONDS + math.ceil(checkpoint_bytes(model) / WEIGHTS_READ_BYTES_PER_SECOND)

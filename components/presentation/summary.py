@@ -123,7 +123,6 @@ def weights_format(model, hardware: PoolHardware) -> dict[str, Any]:
 
 def placements(spec: StackSpec) -> list[dict[str, Any]]:
     rows = []
-    node_prices = {c.pool: c.on_demand_usd_per_node for c in stack_costs(spec)}
     for model in spec.models:
         hardware = PoolHardware(spec.pool(model.pool))
         result = fit(model, hardware)
@@ -157,17 +156,22 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "transport_detail": route.describe(),
                 "features": features,
                 # The engine's own share of its pool's on-demand price, per replica and at its replica range.
-                "usd_per_hour": engine_cost(model, hardware, node_prices[model.pool]),
+                "usd_per_hour": engine_cost(model, hardware, spec.region),
             }
         )
     return rows
 
 
-def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, node_price: float | None) -> dict[str, float] | None:
-    """On-demand $/h of the engine's GPUs: its replicas x GPUs at the node's price per GPU."""
+def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, region: str) -> dict[str, float] | None:
+    """On-demand $/h of the engine's devices, the throughput table's replica price (service_performance), at its
+    replica range."""
+    from inferstack.catalog import on_demand_price
+    from inferstack.planning.service_performance import replica_usd_per_hour
+
+    node_price = on_demand_price(hardware.primary.name, region)
     if node_price is None:
         return None
-    per_replica = node_price * model.gpus_per_replica / hardware.gpus_per_node
+    per_replica = replica_usd_per_hour(model, hardware, node_price)
     scaling = model.autoscaling
     return {"replica": round(per_replica, 2), "min": round(per_replica * scaling.min_replicas, 2),
             "max": round(per_replica * scaling.max_replicas, 2)}
@@ -180,12 +184,11 @@ def disaggregation_line(spec: StackSpec, model: ModelServiceSpec) -> str | None:
 
     if model.disaggregation is None:
         return None
-    prices = {c.pool: c.on_demand_usd_per_node for c in stack_costs(spec)}
     engines = {m.name: m for m in spec.models}
     roles = []
     for role, engine in (("prefill", engines[prefill_name(model.name)]), ("decode", model)):
         hardware = PoolHardware(spec.pool(engine.pool))
-        cost = engine_cost(engine, hardware, prices[engine.pool])
+        cost = engine_cost(engine, hardware, spec.region)
         price = f", ${cost['min']:.2f}-{cost['max']:.2f}/h" if cost else ""
         roles.append(f"{role} {engine.autoscaling.min_replicas}-{engine.autoscaling.max_replicas} x "
                      f"{engine.gpus_per_replica} {hardware.gpu.name} on {engine.pool}{price}")

@@ -73,7 +73,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
     _check_aws_names(spec)
     from inferstack.planning.cost import check_budget  # cost reads the spec package
 
-    check_budget(spec)
+    check_budget(spec.model_copy(update={"models": list(models)}))  # its min scale sizes the resolved engines
     return models
 
 
@@ -97,6 +97,14 @@ def _check_object_names(spec: StackSpec) -> None:
 def _check_auto_fields(spec: StackSpec, index: int, pools: dict[str, PoolHardware]) -> None:
     """What auto placement needs before it runs: a named pool exists, an `auto` MIG profile has a MIG pool."""
     model = spec.models[index]
+    if model.disaggregation is not None and AUTO in (model.pool, model.tensor_parallel):
+        field = "pool" if model.pool == AUTO else "tensor_parallel"
+        raise SpecError(
+            f"models[{index}].{field}",
+            "'auto' places one engine, but a disaggregated service's decode role is sized against its prefill "
+            "role's EFA pool and tensor parallelism",
+            f"name the decode role's {field} (an EFA pool, a tensor_parallel the prefill role's divides)",
+        )
     if model.pool != AUTO and model.pool not in pools:
         raise SpecError(
             f"models[{index}].pool",
@@ -882,18 +890,19 @@ def _check_scaling_room(path: str, model: ModelServiceSpec, hardware: PoolHardwa
 
 
 def _check_cache_budget(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
-    """The checkpoint must fit the node's weights cache, or every pre-fetch on the pool fails at start."""
-    from inferstack.planning.sizing import GIB, checkpoint_bytes
+    """What a pod pre-fetches must fit the node's weights cache, or every pre-fetch on the pool fails at start:
+    the checkpoint (unless vLLM streams it from S3), its LoRA adapters and a speculative draft."""
+    from inferstack.planning.sizing import GIB, prefetched_bytes
     from inferstack.planning.pool_capacity import pool_cache_budget_bytes
 
-    stored, budget = checkpoint_bytes(model), pool_cache_budget_bytes(hardware)
+    stored, budget = prefetched_bytes(model), pool_cache_budget_bytes(hardware)
     if stored <= budget:
         return
     pool = hardware.spec
     volume = "NVMe array" if pool.nvme_cache.enabled else f"{pool.disk_size_gib} GiB root volume"
     raise SpecError(
         f"{path}.pool",
-        f"{model.model} stores {stored / GIB:.1f} GiB of weights but pool {pool.name!r} may cache "
+        f"{model.name} pre-fetches {stored / GIB:.1f} GiB (weights, adapters, draft) but pool {pool.name!r} may cache "
         f"{budget / GIB:.1f} GiB per node ({pool.nvme_cache.budget_percent}% of the {volume} of a "
         f"{min(hardware.instance_types, key=lambda t: t.nvme_total_gb).name}), so every pre-fetch would fail",
         "raise the pool's nvme_cache.budget_percent, use instance types with more instance storage (or a larger "
