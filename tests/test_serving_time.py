@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferstack.planning.creation_times import CREATION_TIMES, creation_key, replica_ready_seconds, typical_seconds
+from inferstack.planning.creation_times import CREATION_TIMES, creation_key, replica_parts, typical_seconds
 from inferstack.planning.serving_time import Edge, time_to_serving
 
 SECONDS = {"cluster": 900, "gpu-nodes": 180, "ns": 2, "gpu-operator": 180, "monitoring": 300, "llama": 600}
@@ -83,6 +83,10 @@ def test_typical_times_come_from_the_table_with_a_source_each():
     assert creation_key(resource("q", "kubernetes:kueue.x-k8s.io/v1beta1:ClusterQueue")) == "kubernetes_object"
     assert typical_seconds(resource("x", "inferstack:serving:ModelService", custom=False)) == 0
     assert 13 * 60 <= typical_seconds(resource("c", "aws:eks/cluster:Cluster")) <= 16 * 60
+
+
+def replica_ready_seconds(weights: int, loader: str, warm: bool = False) -> float:
+    return sum(seconds for _, _, seconds in replica_parts(weights, loader, warm=warm))
 
 
 def test_a_first_replica_copies_then_loads_and_a_warm_restart_only_loads():

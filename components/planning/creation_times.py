@@ -104,7 +104,7 @@ TYPE_KEYS: Mapping[str, str] = {
 
 def creation_key(resource: Mapping[str, Any]) -> str:
     """The CREATION_TIMES entry a resources.json entry takes (its model's first replica aside: see
-    replica_ready_seconds)."""
+    replica_parts)."""
     kind = str(resource["type"])
     # A Kubernetes component (yaml/v2 ConfigFile, helm/v4 Chart) is a remote component: the recording
     # holds it without the objects it creates, so its own entry stands for them.
@@ -153,10 +153,3 @@ def replica_parts(
     warmup = "engine_warmup_warm" if warm else "engine_warmup_cold"
     parts.append(("warm-up", warmup, CREATION_TIMES[warmup].seconds))
     return tuple(parts)
-
-
-def replica_ready_seconds(
-    weights_bytes: int, loader: WeightLoader = "local", *, new_node: bool = True, warm: bool = False
-) -> float:
-    """A replica's start, all its parts (replica_parts) added up."""
-    return sum(seconds for _, _, seconds in replica_parts(weights_bytes, loader, new_node=new_node, warm=warm))

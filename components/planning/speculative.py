@@ -129,8 +129,9 @@ def problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
     if low is not None and high is not None and low > high:
         return ("prompt_lookup_min", f"{low} is above prompt_lookup_max {high}", "set prompt_lookup_min <= prompt_lookup_max")
     if spec.draft_tensor_parallel not in (None, 1, model.tensor_parallel):
+        allowed = " or ".join(str(tp) for tp in sorted({1, model.tensor_parallel}))
         return ("draft_tensor_parallel", f"{spec.draft_tensor_parallel} is neither 1 nor the service's tensor_parallel "
-                f"{model.tensor_parallel}", f"set it to 1 or {model.tensor_parallel}")
+                f"{model.tensor_parallel}", f"set it to {allowed}")
     if spec.method in NEEDS_MODEL and draft_params(spec) is None:
         return ("draft_params_billion", f"the model catalog does not list {spec.model!r}, so its memory is unknown",
                 "set speculative.draft_params_billion to the draft's size")

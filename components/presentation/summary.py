@@ -294,6 +294,11 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
             "traffic": traffic.model_dump(),
             "slo": None if model.slo is None else model.slo.model_dump(),
         }
+        if model.disaggregation is not None:
+            # The engine-step model is one engine that prefills and decodes; its figures would misstate both roles.
+            rows.append({**row, "error": "not modelled for a prefill/decode service: one engine's model would "
+                         "misstate both roles (their sizing and cost are in the placements)"})
+            continue
         try:
             estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)), region=spec.region)
         except ValueError as error:   # no catalog price, or the KV cache cannot hold one request

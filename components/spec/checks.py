@@ -698,7 +698,7 @@ def _check_disaggregation(spec: StackSpec, path: str, model: ModelServiceSpec, p
     engine = prefill_engine(model)
     if len(engine.name) > NAME_MAX_LENGTH or engine.name in {m.name for m in spec.models}:
         raise SpecError(f"{path}.name", f"its prefill engines would be named {engine.name!r}, which is "
-                        f"{'taken' if len(engine.name) <= NAME_MAX_LENGTH else 'over 40 characters'}",
+                        f"{'taken' if len(engine.name) <= NAME_MAX_LENGTH else f'over {NAME_MAX_LENGTH} characters'}",
                         "give the service a shorter name of its own")
     if not spec.gateway.enabled:
         raise SpecError(f"{path}.disaggregation", "prefill/decode needs the gateway's endpoint picker to send "
