@@ -264,3 +264,12 @@ def test_both_roles_stay_in_one_zone_and_prefill_keeps_connections_open(rendered
 def test_auto_placement_is_refused_for_a_disaggregated_service(stack, field):
     error = refusal(changed(stack, **{field: "auto"}))
     assert error.path == f"models[0].{field}" and "sized against its prefill role" in str(error)
+
+
+def test_a_prefill_engine_refusal_lands_on_the_field_the_spec_holds(stack):
+    """The role's own shape is reported under disaggregation.prefill; what it shares with the service (here its
+    16-bit weights, which one H100 at gpu_memory_utilization 0.5 cannot hold) on the service."""
+    error = refusal(changed(stack, gpu_memory_utilization=0.5, max_model_len=40960))
+    assert error.path == "models[0].quantization" and error.problem.startswith("its prefill engine: ")
+    error = refusal(changed(stack, disaggregation=prefill(tensor_parallel=1, pool="l40s")))
+    assert error.path == "models[0].disaggregation.prefill.pool"

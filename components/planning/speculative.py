@@ -120,8 +120,9 @@ def problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
                 "upload the draft's files to S3 and set speculative.weights to their prefix")
     if spec.method not in NEEDS_MODEL and (spec.model is not None or spec.weights is not None):
         source = "the prompt" if spec.method == "ngram" else "the model's own MTP layers"
-        return ("model", f"method {spec.method!r} takes no draft model (it drafts from {source})",
-                "drop speculative.model and speculative.weights, or use method 'draft_model'")
+        field = "model" if spec.model is not None else "weights"
+        return (field, f"method {spec.method!r} takes no draft model (it drafts from {source})",
+                f"drop speculative.{field}, or use method 'draft_model'")
     if spec.method != "ngram" and (spec.prompt_lookup_max is not None or spec.prompt_lookup_min is not None):
         return ("prompt_lookup_max", "prompt_lookup_min/max only apply to method 'ngram'",
                 "drop them, or use method 'ngram'")

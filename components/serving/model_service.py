@@ -232,8 +232,8 @@ def prefetch_script(
 
 
 def side_loads(model: ModelServiceSpec) -> list[tuple[str, str, str, str]]:
-    """What the pod pre-fetches beside the weights, as (init container, script, S3 URI) with the cache key the
-    script publishes: each LoRA adapter (lora.adapter_path) and a speculative draft (speculative.draft_path)."""
+    """What the pod pre-fetches beside the weights, as (init container, script, S3 URI, cache key the script
+    publishes): each LoRA adapter (lora.adapter_path) and a speculative draft (speculative.draft_path)."""
     loads = [(f"prefetch-lora-{i}", lora.adapter_script(a.name), a.weights, lora.adapter_key(model, a.name))
              for i, a in enumerate(model.lora_adapters)]
     if model.speculative is not None and model.speculative.weights is not None:
@@ -270,7 +270,7 @@ class ModelService(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
 
         # The pre-fetch and pin scripts for weights read from the NVMe cache (not s3_stream), and one pre-fetch
-        # script per LoRA adapter.
+        # script per side load (LoRA adapters, a speculative draft).
         scripts: dict[str, Any] = {}
         if model.weight_loader == "local":
             scripts["prefetch.sh"] = prefetch_script(model, hardware, args.weights_bucket)

@@ -64,7 +64,7 @@ def check_stack(spec: StackSpec) -> tuple[ModelServiceSpec, ...]:
         _check_model(spec, f"models[{i}]", model, pools)
         if model.disaggregation is not None:
             _check_disaggregation(spec, f"models[{i}]", model, pools)
-            _check_model(spec, f"models[{i}].disaggregation.prefill", prefill_engine(model), pools)
+            _check_prefill_engine(spec, f"models[{i}]", prefill_engine(model), pools)
     models = expand_engines(models)
     _check_workers(spec, models)
     _check_queues(spec, pools)
@@ -754,6 +754,21 @@ def _check_reservation_zone(spec: StackSpec, path: str, pool: NodePoolSpec) -> N
             f"first zone, {zones[0]}",
             f"list {reservation.availability_zone} first in {path}.availability_zones",
         )
+
+
+def _check_prefill_engine(spec: StackSpec, path: str, engine: ModelServiceSpec, pools: dict[str, PoolHardware]) -> None:
+    """The prefill engine's own checks, reported where the spec holds the field: the role's shape under
+    disaggregation.prefill, everything it shares with the service on the service."""
+    from inferstack.spec.models import PrefillSpec
+
+    role = f"{path}.disaggregation.prefill"
+    try:
+        _check_model(spec, role, engine, pools)
+    except SpecError as error:
+        field = error.path.removeprefix(f"{role}.")
+        if field.split(".")[0].split("[")[0] in PrefillSpec.model_fields:
+            raise
+        raise SpecError(f"{path}.{field}", f"its prefill engine: {error.problem}", error.fix) from None
 
 
 def _pool_zones(spec: StackSpec, pool: NodePoolSpec) -> list[str] | None:

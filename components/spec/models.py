@@ -699,8 +699,12 @@ class SpeculativeSpec(Model):
     draft_tensor_parallel: int | None = Field(
         None, ge=1, description="Tensor parallelism of the draft model: 1 or the service's. Defaults to the service's.",
     )
-    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram: longest n-gram matched. Defaults to 5.")
-    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram: shortest n-gram matched. Defaults to 5.")
+    prompt_lookup_max: int | None = Field(
+        None, ge=1, description="ngram: longest n-gram matched. Defaults to prompt_lookup_min, or 5 when neither is set."
+    )
+    prompt_lookup_min: int | None = Field(
+        None, ge=1, description="ngram: shortest n-gram matched. Defaults to prompt_lookup_max, or 5 when neither is set."
+    )
 
 
 class KvOffloadSpec(Model):
