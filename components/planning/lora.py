@@ -47,23 +47,24 @@ def intermediate_size(model: ModelServiceSpec) -> int:
     return round((per_layer - attention) / (3 * arch.hidden_size))
 
 
-def slot_bytes_per_layer(model: ModelServiceSpec) -> int:
-    """One adapter slot in one layer, on one tensor rank (the module docstring's formula)."""
+def _layer_bytes(model: ModelServiceSpec, rank: int, tensor_parallel: int) -> float:
+    """The module docstring's formula: an adapter of `rank` in one layer, on one of `tensor_parallel` ranks."""
     arch = model.resolved_architecture
-    tp = model.tensor_parallel
     q = arch.attention_heads * arch.head_dim
     kv = arch.kv_heads * arch.head_dim
-    rank = max_lora_rank(model)
-    return math.ceil(DTYPE_BYTES * rank * (7 * arch.hidden_size + (2 * q + 2 * kv + 3 * intermediate_size(model)) / tp))
+    split = (2 * q + 2 * kv + 3 * intermediate_size(model)) / tensor_parallel
+    return DTYPE_BYTES * rank * (7 * arch.hidden_size + split)
+
+
+def slot_bytes_per_layer(model: ModelServiceSpec) -> int:
+    """One adapter slot in one layer, on one tensor rank."""
+    return math.ceil(_layer_bytes(model, max_lora_rank(model), model.tensor_parallel))
 
 
 def adapter_file_bytes(model: ModelServiceSpec, rank: int) -> int:
     """An adapter's safetensors at its own rank over every layer and linear module, whole (no tensor split):
-    what its pre-fetch copies (the module docstring's formula with tp 1)."""
-    arch = model.resolved_architecture
-    q = arch.attention_heads * arch.head_dim
-    kv = arch.kv_heads * arch.head_dim
-    return arch.layers * DTYPE_BYTES * rank * (7 * arch.hidden_size + 2 * q + 2 * kv + 3 * intermediate_size(model))
+    what its pre-fetch copies."""
+    return model.resolved_architecture.layers * math.ceil(_layer_bytes(model, rank, 1))
 
 
 def adapter_bytes_per_device(model: ModelServiceSpec) -> int:

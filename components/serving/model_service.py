@@ -247,7 +247,7 @@ def side_load_scripts(model: ModelServiceSpec, hardware: PoolHardware) -> dict[s
     budget = pool_cache_budget_bytes(hardware)
     scripts = {}
     for _, script, uri, key in side_loads(model):
-        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        bucket, prefix = pods.s3_location(uri)
         scripts[script] = render_prefetch_script(
             bucket=bucket, prefix=prefix, cache_dir=MODEL_CACHE_MOUNT, model_key=key, cache_budget_bytes=budget,
         )

@@ -230,11 +230,17 @@ def model_key(model: ModelServiceSpec) -> str:
     return source.replace("/", "--")
 
 
+def s3_location(uri: str) -> tuple[str, str]:
+    """'s3://bucket/key/prefix' -> ('bucket', 'key/prefix') (the spec checks both parts are there)."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    return bucket, prefix
+
+
 def weights_location(model: ModelServiceSpec) -> tuple[str | None, str]:
     """(bucket, key prefix) of the weights; bucket None means the stack's weights bucket."""
     if model.weights is None:
         return None, f"models/{model.model}"
-    bucket, _, prefix = model.weights.removeprefix("s3://").partition("/")
+    bucket, prefix = s3_location(model.weights)
     if not prefix.strip("/"):
         raise ValueError(
             f"{model.name}: weights {model.weights!r} names a bucket but no key prefix. "
