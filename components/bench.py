@@ -160,26 +160,38 @@ def plan_child(stack: str, stacks_dir: Path, replay_path: Path) -> dict[str, Any
     """Time `inferstack plan <stack>` in this (fresh) process; then write what it registered for the floor."""
     started = time.perf_counter()
     import inferstack.engine as engine
-    from inferstack import cli
+    from inferstack import cli, stacks
 
     runs: list[tuple[Any, Any]] = []
-    run_stack = engine.run_stack
+    validations: list[float] = []
+    run_stack, validate = engine.run_stack, stacks.validate
 
-    def recorded(spec):
-        recording = run_stack(spec)
-        runs.append((spec, recording))
+    def recorded(validated):
+        recording = run_stack(validated)
+        runs.append((validated.stack, recording))
         return recording
 
-    engine.run_stack = recorded  # the CLI imports it at call time, so it runs through this wrapper
+    def timed(spec):
+        began = time.perf_counter()
+        try:
+            return validate(spec)
+        finally:
+            validations.append(time.perf_counter() - began)
+
+    # The CLI imports run_stack at call time and the loader calls validate by its module's name, so both run
+    # through these wrappers.
+    engine.run_stack, stacks.validate = recorded, timed
     try:
         with open(os.devnull, "w", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
             status = cli.main(["plan", stack, "--stacks-dir", str(stacks_dir)])
     finally:
-        engine.run_stack = run_stack
+        engine.run_stack, stacks.validate = run_stack, validate
     seconds = time.perf_counter() - started
     peak = _peak_mib()
-    if status != 0 or len(runs) != 1:
-        raise RuntimeError(f"inferstack plan {stack} exited {status} after {len(runs)} engine runs")
+    if status != 0 or len(runs) != 1 or len(validations) != 1:
+        raise RuntimeError(
+            f"inferstack plan {stack} exited {status} after {len(runs)} engine runs and {len(validations)} validations"
+        )
     spec, recording = runs[0]
     replay = {
         "stack": recording.stack,
@@ -194,6 +206,7 @@ def plan_child(stack: str, stacks_dir: Path, replay_path: Path) -> dict[str, Any
         "resources": sum(1 for r in recording.resources if r.custom),
         "components": sum(1 for r in recording.resources if not r.custom),
         "seconds": round(seconds, 3),
+        "validation_seconds": round(validations[0], 3),
         "peak_mib": peak,
     }
 
@@ -291,6 +304,9 @@ def plan_case(case: str, stacks_dir: Path, work: Path, repeat: int) -> dict[str,
         "resources": plan["resources"],
         "components": plan["components"],
         "seconds": plan["seconds"],
+        # The validation room's share of the plan: every spec rule and layer refusal, auto placement, expansion.
+        "validation_seconds": plan["validation_seconds"],
+        "validation_share": round(plan["validation_seconds"] / plan["seconds"], 3),
         "peak_mib": plan["peak_mib"],
         "floor_seconds": floor["seconds"],
         "floor_peak_mib": floor["peak_mib"],

@@ -60,9 +60,9 @@ def _add_models_command(commands) -> None:
 
 def _models(args: argparse.Namespace) -> int:
     """The catalog, one model of it, or a config.json read offline; 2 on an unknown name or a bad config."""
-    from inferstack.catalog.hf_config import service_fields_from_config
     from inferstack.presentation import models
     from inferstack.spec import SpecError
+    from inferstack.spec.hf_config import service_fields_from_config
 
     if args.config is not None and args.name is not None:
         print("inferstack models: give a NAME or --config PATH (one of them)", file=sys.stderr)
@@ -79,7 +79,7 @@ def _models(args: argparse.Namespace) -> int:
             rows = models.catalog_rows()
             print(json.dumps({"models": rows}, indent=2) if args.json else models.catalog_as_text(rows))
     except (SpecError, models.UnknownModel) as error:
-        print(f"inferstack: {error}", file=sys.stderr)
+        _print_refusal(error)
         return EXIT_BAD_INPUT
     return 0
 
@@ -129,13 +129,13 @@ def _diff(args: argparse.Namespace) -> int:
     replaced, 0 otherwise, 2 on bad input."""
     from inferstack.presentation import diff
     from inferstack.spec import SpecError
-    from inferstack.stacks import StackNotFound, errors_named_by, load_stack, stack_file
+    from inferstack.stacks import StackNotFound, errors_named_by, load_validated, stack_file
 
     try:
         stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
-        spec = load_stack(stacks_dir, args.stack)
+        validated = load_validated(stacks_dir, args.stack)
         with errors_named_by(stack_file(stacks_dir, args.stack)):
-            after = diff.run_spec(spec)
+            after = diff.run_spec(validated)
         folder = Path(args.against)
         if folder.is_dir():
             before, note = diff.load_render(folder), None
@@ -144,11 +144,17 @@ def _diff(args: argparse.Namespace) -> int:
             before = diff.run_spec(diff.stack_at_revision(stacks_dir, stack, args.against))
             note = f"the {stack} stack file at {args.against} rendered with today's program code"
     except (SpecError, StackNotFound, diff.DiffInputError, OSError) as error:
-        print(f"inferstack: {error}", file=sys.stderr)
+        _print_refusal(error)
         return EXIT_BAD_INPUT
     result = diff.diff(before, after, args.against, note)
     print(json.dumps(result, indent=2) if args.format == "json" else diff.as_text(result))
     return EXIT_BLOCKING_REPLACEMENT if result["blocking_replacements"] else 0
+
+
+def _print_refusal(error: Exception) -> None:
+    """Bad input on stderr, one line a refusal: validation reports every independent one it found."""
+    for line in str(error).splitlines() or [""]:
+        print(f"inferstack: {line}", file=sys.stderr)
 
 
 def _stacks_dir(given: Path | None, stack: str) -> Path:
@@ -162,19 +168,20 @@ def _stacks_dir(given: Path | None, stack: str) -> Path:
     return find_project_root() / "stacks"
 
 
-def _run(args: argparse.Namespace) -> tuple[dict[str, Any], Any, float]:
-    """The plan, the recording and the engine's seconds: kept out of the plan, so a render is the same every time."""
+def _run(args: argparse.Namespace) -> tuple[dict[str, Any], Any, float, Any]:
+    """The plan, the recording, the engine's seconds (kept out of the plan, so a render is the same every time)
+    and the spec (its workers and batch jobs are printed beside the plan, not part of plan.json)."""
     from inferstack.engine import run_stack
     from inferstack.presentation.summary import build_plan
-    from inferstack.stacks import errors_named_by, load_stack, stack_file
+    from inferstack.stacks import errors_named_by, load_validated, stack_file
 
     stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
-    spec = load_stack(stacks_dir, args.stack)
+    validated = load_validated(stacks_dir, args.stack)
     started = time.perf_counter()
     with errors_named_by(stack_file(stacks_dir, args.stack)):
-        recording = run_stack(spec)
-        plan = build_plan(spec, recording)
-    return plan, recording, round(time.perf_counter() - started, 3)
+        recording = run_stack(validated)
+        plan = build_plan(validated, recording)
+    return plan, recording, round(time.perf_counter() - started, 3), validated
 
 
 def _check_inputs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
@@ -187,13 +194,13 @@ def _check_inputs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str, 
         plan = policy_runner.load_plan(plan_file) if plan_file.is_file() else {}
         return resources, plan.get("stack") or "stack", policy_runner.plan_policy_config(plan)
     from inferstack.engine import run_stack
-    from inferstack.stacks import errors_named_by, load_stack, stack_file
+    from inferstack.stacks import errors_named_by, load_validated, stack_file
 
     stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
-    spec = load_stack(stacks_dir, args.stack)
+    validated = load_validated(stacks_dir, args.stack)
     with errors_named_by(stack_file(stacks_dir, args.stack)):
-        resources = [r.as_dict() for r in run_stack(spec).resources]
-    return resources, spec.environment, policy_runner.spec_policy_config(spec)
+        resources = [r.as_dict() for r in run_stack(validated).resources]
+    return resources, validated.environment, policy_runner.spec_policy_config(validated.stack)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -213,7 +220,7 @@ def _check(args: argparse.Namespace) -> int:
         if args.write_policy_config is not None:
             args.write_policy_config.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     except (SpecError, StackNotFound, policy_runner.CheckInputError, OSError) as error:
-        print(f"inferstack: {error}", file=sys.stderr)
+        _print_refusal(error)
         return EXIT_BAD_INPUT
     if args.format == "json":
         print(json.dumps(policy_runner.as_json(results), indent=2))
@@ -225,15 +232,16 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    status = 0
     try:
         status = _main(argv)
         sys.stdout.flush()  # inside the try: a reader that left fails this write, not the interpreter's last one
-        return status
     except BrokenPipeError:
-        # The reader stopped (e.g. `| head`): what was asked is done. Point stdout at /dev/null so the
+        # The reader stopped (e.g. `| head`): what was asked is done, and a status the command already found
+        # (`plan` finds its own before printing: _print_plan) stands. Point stdout at /dev/null so the
         # interpreter's final flush does not fail too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        _stdout_to_devnull()
+    return status
 
 
 def _main(argv: list[str] | None) -> int:
@@ -266,9 +274,9 @@ def _plan_or_render(args: argparse.Namespace) -> int:
     from inferstack.stacks import StackNotFound
 
     try:
-        plan, recording, engine_seconds = _run(args)
+        plan, recording, engine_seconds, spec = _run(args)
     except (SpecError, StackNotFound) as error:
-        print(f"inferstack: {error}", file=sys.stderr)
+        _print_refusal(error)
         return EXIT_BAD_INPUT
     violations = _mandatory_violations(plan)
     if args.command == "render":
@@ -297,17 +305,32 @@ def _plan_or_render(args: argparse.Namespace) -> int:
             print(f"inferstack: cannot write {args.html}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
         print(f"wrote {args.html}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(plan, indent=2))
-    else:
-        from inferstack.presentation.terminal import print_plan
-
-        print_plan(plan, engine_seconds=engine_seconds)
+    _print_plan(args, plan, engine_seconds, spec)
     if violations:
         print(f"inferstack: {violations} mandatory policy violation(s) (listed under Policies): `pulumi up` would "
               "stop, so the plan exits 1 as `inferstack check` does", file=sys.stderr)
         return EXIT_POLICY_VIOLATION
     return 0
+
+
+def _print_plan(args: argparse.Namespace, plan: dict[str, Any], engine_seconds: float, spec: Any) -> None:
+    """The plan on stdout, as JSON or as text. A reader that stops early (`inferstack plan | head`) ends the
+    printing, not the command: its status stays the plan's (1 on a mandatory violation, else 0)."""
+    from inferstack.presentation.terminal import print_plan, work_beside_models
+
+    try:
+        if args.json:
+            print(json.dumps(plan, indent=2))
+        else:
+            print_plan(plan, engine_seconds=engine_seconds, work=work_beside_models(spec))
+        sys.stdout.flush()   # here: a reader that left fails this write, not a later one
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    """The reader stopped: point stdout at /dev/null, so no later write or the interpreter's last flush fails."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _mandatory_violations(plan: dict[str, Any]) -> int:

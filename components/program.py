@@ -8,16 +8,18 @@ from typing import TYPE_CHECKING
 import pulumi
 
 from inferstack.spec import SpecError, StackSpec
-from inferstack.stacks import StackNotFound, load_stack
+from inferstack.stacks import StackNotFound, load_validated
+from inferstack.validation import ValidatedStack, as_validated
 
 if TYPE_CHECKING:  # the layers load when the program runs, not when this module is imported
     from inferstack.aws.foundation import AwsFoundation
     from inferstack.platform.karpenter import KarpenterArgs
 
 
-def deploy(spec: StackSpec) -> None:
-    """Create every layer of the platform for one stack spec and export its outputs."""
-    spec = spec.resolved()
+def deploy(stack: StackSpec | ValidatedStack) -> None:
+    """Create every layer of the platform for one validated stack (a spec is validated first) and export its
+    outputs."""
+    spec = as_validated(stack).stack
     from inferstack.aws.foundation import AwsFoundation, AwsFoundationArgs
     from inferstack.platform import ClusterPlatform, ClusterPlatformArgs
     from inferstack.serving.serving import Serving, ServingArgs
@@ -74,9 +76,9 @@ def karpenter_args(spec: StackSpec, aws: AwsFoundation) -> KarpenterArgs | None:
 
 
 def deploy_or_fail(stacks_dir: Path, stack_name: str) -> None:
-    """Load the stack's spec and deploy it; a bad spec stops the update with its one-line message."""
+    """Load and validate the stack's spec and deploy it; a bad spec stops the update with its refusals, one a line."""
     try:
-        spec = load_stack(stacks_dir, stack_name)
+        validated = load_validated(stacks_dir, stack_name)
     except (SpecError, StackNotFound) as error:
         raise pulumi.RunError(str(error)) from None
-    deploy(spec)
+    deploy(validated)

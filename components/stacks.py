@@ -6,6 +6,7 @@ Errors come back as one SpecError naming the file, line and field path, never a 
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.validation import ValidatedStack, validate
 
 STACK_SUFFIXES = (".py", ".yaml", ".yml", ".json")
 KUBERNETES_WRAPPER_KEYS = ("apiVersion", "kind", "metadata", "spec")
@@ -60,23 +62,48 @@ def stack_file(stacks_dir: Path, name: str) -> Path:
 
 
 def load_stack(stacks_dir: Path, name: str) -> StackSpec:
-    """Load and validate a stack, `auto` placements decided; raise SpecError (with file and line) or StackNotFound."""
+    """Load a stack and validate it; the spec as written. Raise SpecError (with file and line) or StackNotFound."""
+    return load_validated(stacks_dir, name).written
+
+
+def load_validated(stacks_dir: Path, name: str) -> ValidatedStack:
+    """Load and validate a stack: the stack as it deploys, `auto` placements decided. Raise SpecError (with file
+    and line, one line a refusal) or StackNotFound."""
     path = stack_file(stacks_dir, name)
     spec = _load_python(path) if path.suffix == ".py" else _load_document(path)
-    with errors_named_by(path):
-        return spec.resolved()
+    try:
+        return validate(spec)
+    except SpecError as error:
+        if path.suffix != ".py":
+            raise error.relocated(lambda at: f"{path.name}: {at}") from None
+        line = _stack_line(path)
+        raise error.relocated(lambda at: f"{path.name}:{f'line {line}:' if line else ''} {at}") from None
 
 
 @contextmanager
 def errors_named_by(path: Path) -> Iterator[None]:
-    """A SpecError raised once the stack is loaded (auto placement, the program's own checks) still names the
-    file the user has to edit."""
+    """A SpecError raised once the stack is validated (the program's own checks) still names the file the user
+    has to edit."""
     try:
         yield
     except SpecError as error:
         if error.path.startswith(path.name):
             raise
-        raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
+        raise error.relocated(lambda at: f"{path.name}: {at}") from None
+
+
+def _stack_line(path: Path) -> int | None:
+    """The line of the stack file that assigns `stack`, where a refusal of the whole stack points."""
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (SyntaxError, ValueError):
+        return None
+    lines = [
+        node.lineno for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(isinstance(t, ast.Name) and t.id == "stack" for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+    ]
+    return lines[-1] if lines else None
 
 
 def _load_python(path: Path) -> StackSpec:
@@ -88,8 +115,9 @@ def _load_python(path: Path) -> StackSpec:
     except ValidationError as error:
         located = describe_validation_error(error, _model_class(error))
         raise SpecError(f"{path.name}:{_line_in(path, error)} {error.title}.{located.path}", located.problem, located.fix) from None
-    except SpecError as error:  # a cross-field check: the line is the StackSpec(...) call
-        raise SpecError(f"{path.name}:{_line_in(path, error) or ''} {error.path}", error.problem, error.fix) from None
+    except SpecError as error:  # a rule a constructor ran: the line is that call
+        line = _line_in(path, error) or ""
+        raise error.relocated(lambda at: f"{path.name}:{line} {at}") from None
     except SyntaxError as error:  # also a null byte or bad encoding in the source
         if error.filename and Path(error.filename).resolve() != path.resolve():  # a module the stack imports
             raise SpecError(
@@ -129,13 +157,13 @@ def _load_document(path: Path) -> StackSpec:
         located = describe_validation_error(error, StackSpec)
         raise SpecError(f"{path.name}: {located.path}", located.problem, located.fix) from None
     except SpecError as error:
-        raise SpecError(f"{path.name}: {error.path}", error.problem, error.fix) from None
+        raise error.relocated(lambda at: f"{path.name}: {at}") from None
 
 
 def _read_architecture_from(path: Path, data: Any) -> None:
     """A model service's `architecture_from: <config.json or snapshot folder>` (relative to the stack file's
     folder) becomes the `architecture` it describes, and its `checkpoint_format` unless the service states one."""
-    from inferstack.catalog.hf_config import service_fields_from_config
+    from inferstack.spec.hf_config import service_fields_from_config
 
     services = data.get("models") if isinstance(data, dict) else None
     for index, service in enumerate(services if isinstance(services, list) else []):

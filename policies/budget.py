@@ -29,7 +29,7 @@ from inferstack.catalog import on_demand_price
 from inferstack.planning.cost import nodes_cost
 from inferstack.policies.pools import NodeGroupView, node_groups
 from inferstack.policies.props import number, text
-from inferstack.spec.models import BudgetSpec
+from inferstack.spec import BudgetSpec
 
 MAX_USD_PER_HOUR = "maxUsdPerHour"
 SPOT_DISCOUNT = "spotDiscount"

@@ -11,27 +11,9 @@ from pulumi_policy import EnforcementLevel, ReportViolation, ResourceValidationA
 from inferstack.policies.pools import HELM_RELEASE_TYPES, chart_name
 from inferstack.policies.props import dotted, leaves, mapping, text
 from inferstack.policies.workloads import image_of, workload
+from inferstack.spec.images import FLOATING_TAGS, image_problem
 
-# Tags that move: they name a channel, not a version.
-FLOATING_TAGS = ("latest", "main", "master", "nightly", "stable", "edge", "dev")
-DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 EXACT_CHART_VERSION = re.compile(r"^v?\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$")
-
-
-def image_problem(image: str) -> str | None:
-    """Why an image reference is not pinned, or None when it names a version tag or a digest."""
-    if not image:
-        return "has no image"
-    name, _, digest = image.partition("@")
-    if digest:
-        return None if DIGEST.match(digest) else f"has a malformed digest {digest!r}"
-    last = name.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return "has no tag (Kubernetes pulls :latest)"
-    tag = last.rsplit(":", 1)[1]
-    if tag.lower() in FLOATING_TAGS:
-        return f"uses the moving tag {tag!r}"
-    return None
 
 
 def _explicit_tag(image: str) -> str:

@@ -7,12 +7,16 @@ cache beside the base weights."""
 from inferstack.spec import (
     AutoscalingSpec,
     CapacitySpec,
+    DisaggregationSpec,
+    KvOffloadSpec,
+    LoraAdapterSpec,
     ModelServiceSpec,
     NodePoolSpec,
+    PrefillSpec,
+    SpeculativeSpec,
     StackSpec,
     TrafficSpec,
 )
-from inferstack.spec.models import DisaggregationSpec, KvOffloadSpec, LoraAdapterSpec, PrefillSpec, SpeculativeSpec
 
 stack = StackSpec(
     environment="serving",

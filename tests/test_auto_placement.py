@@ -11,6 +11,7 @@ from inferstack.planning.auto_placement import candidates
 from inferstack.planning.sizing import fit
 from inferstack.spec import SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
 
 BASE = {
     "environment": "auto",
@@ -31,16 +32,17 @@ BASE = {
 
 
 def stack(**changes) -> StackSpec:
+    """BASE with `changes`, as written, once every layer accepts it."""
     spec = copy.deepcopy(BASE)
     for index, update in changes.get("models", {}).items():
         spec["models"][index].update(update)
     for index, update in changes.get("pools", {}).items():
         spec["node_pools"][index].update(update)
-    return StackSpec.model_validate(spec)
+    return validate(StackSpec.model_validate(spec)).written
 
 
 def placed(spec: StackSpec) -> dict[str, tuple]:
-    return {m.name: (m.pool, m.tensor_parallel, m.mig_profile) for m in spec.resolved().models}
+    return {m.name: (m.pool, m.tensor_parallel, m.mig_profile) for m in validate(spec).stack.models}
 
 
 def test_each_service_gets_the_cheapest_device_that_fits():
@@ -49,7 +51,7 @@ def test_each_service_gets_the_cheapest_device_that_fits():
         "big": ("h100", 4, None),           # TP2 leaves too little KV cache for 16 x 32k tokens
         "small": ("l4", 1, None),
     }
-    assert stack().resolved().auto_placed == ("embed", "big", "small")
+    assert validate(stack()).auto_placed == ("embed", "big", "small")
 
 
 def test_the_choice_is_the_cheapest_of_all_feasible_combinations():
@@ -57,13 +59,13 @@ def test_the_choice_is_the_cheapest_of_all_feasible_combinations():
     pools = {p.name: PoolHardware(p) for p in spec.node_pools}
     options = [candidates(m, pools, spec.region) for m in spec.models]
     cheapest = min(sum(c.usd_per_hour for c in combo) for combo in itertools.product(*options))
-    chosen = {m.name: m for m in spec.resolved().models}
+    chosen = {m.name: m for m in validate(spec).stack.models}
     total = sum(next(c.usd_per_hour for c in opts if c.model == chosen[c.model.name]) for opts in options)
     assert total == pytest.approx(cheapest)
 
 
 def test_every_auto_placement_fits_by_sizing():
-    spec = stack().resolved()
+    spec = validate(stack()).stack
     for model in spec.models:
         result = fit(model, PoolHardware(spec.pool(model.pool)))
         assert result.fits and result.max_concurrency >= (model.max_num_seqs or 1), model.name

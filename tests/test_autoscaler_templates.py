@@ -45,6 +45,7 @@ from inferstack.policies.props import quantity
 from inferstack.policies.workloads import expression_matches, workload
 from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -223,11 +224,11 @@ def _sharing_stack(mig_strategy: str) -> StackSpec:
          "tensor_parallel": 8, "pipeline_parallel": 2, "max_model_len": 8192},
     ]
     left_out = {"migsingle", "mps"} if mig_strategy == "mixed" else {"migmixed"}
-    return StackSpec.model_validate({
+    return validate(StackSpec.model_validate({
         "environment": "sharing",
         "node_pools": [p for p in pools if p["name"] not in left_out],
         "models": [m for m in models if m["pool"] not in left_out],
-    }).resolved()
+    })).stack
 
 
 STACK_CASES = {

@@ -14,6 +14,7 @@ from inferstack.aws.foundation import check_resource_names
 from inferstack.aws.network import subnet_layout, subnets_in_zones
 from inferstack.catalog import instance_type
 from inferstack.spec import NetworkSpec, SpecError, StackSpec, describe_validation_error
+from inferstack.validation import validate
 
 
 def spec(*pools: dict, **changes) -> dict:
@@ -22,7 +23,7 @@ def spec(*pools: dict, **changes) -> dict:
 
 def rejection(document: dict) -> SpecError:
     with pytest.raises((SpecError, ValidationError)) as caught:
-        StackSpec.model_validate(document)
+        validate(StackSpec.model_validate(document))
     error = caught.value
     return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
@@ -100,7 +101,7 @@ def test_pool_name_too_long_for_eks_node_group_names():
 def test_distinct_pool_names_sharing_a_prefix_are_fine():
     pools = [{"name": n, "instance_types": ["g6.12xlarge"], "max_nodes": 1} for n in ("a100", "a100-mig", "spot")]
 
-    check_resource_names(StackSpec.model_validate(spec(*pools)))
+    check_resource_names(validate(StackSpec.model_validate(spec(*pools))).written)
 
 
 def test_vpc_too_small_for_its_zones():

@@ -34,6 +34,7 @@ from inferstack.engine.recorder import Recording
 from inferstack.engine.render import kubernetes_objects
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -56,7 +57,7 @@ def with_changes(spec: StackSpec, job: dict[str, Any] | None = None, model: dict
     data["batch_jobs"][0].update(job or {})
     service = next(m for m in data["models"] if m["name"] == data["batch_jobs"][0]["model_service"])
     service.update(model or {})
-    return StackSpec.model_validate(data).resolved()
+    return validate(StackSpec.model_validate(data)).stack
 
 
 def batch_workloads(recording: Recording) -> dict[tuple[str, str], dict[str, Any]]:

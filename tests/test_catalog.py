@@ -225,7 +225,7 @@ def test_catalog_mappings_are_read_only() -> None:
 # config.json, huggingface.co/Qwen/Qwen3-235B-A22B config.json, the Llama 4 Scout text_config).
 
 from inferstack.catalog import models as model_catalog  # noqa: E402
-from inferstack.spec.models import CheckpointFormat, ModelArchitecture  # noqa: E402
+from inferstack.spec import CheckpointFormat, ModelArchitecture  # noqa: E402
 
 MODEL_IDS = sorted(model_catalog.MODELS)
 MOE_IDS = sorted(m for m, f in model_catalog.MODELS.items() if f.get("experts") is not None)

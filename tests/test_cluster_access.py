@@ -18,6 +18,7 @@ import pytest
 
 from aws_recording import ADMIN_ROLE, build, prod_spec, run
 from inferstack.spec import SpecError, StackSpec
+from inferstack.validation import validate
 
 CI_ROLE = "arn:aws:iam::123456789012:role/ci/pulumi-preview"
 OFFICE = "52.94.76.0/22"  # a routable public block
@@ -110,6 +111,6 @@ def test_ci_role_gets_a_read_only_access_entry_at_cluster_scope():
 )
 def test_refuses_endpoints_open_beyond_the_spec_and_entries_eks_would_refuse(fields, path, words):
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(with_cluster(**fields))
+        validate(StackSpec.model_validate(with_cluster(**fields)))
     assert caught.value.path == path
     assert words in str(caught.value)

@@ -30,6 +30,7 @@ from inferstack.engine.render import kubernetes_objects
 from inferstack.policies.controller_names import lws_headless_services
 from inferstack.spec import SpecError, StackSpec
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -144,7 +145,7 @@ def base() -> dict:
 
 def rejected(spec: dict) -> SpecError:
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     return caught.value
 
 
@@ -186,7 +187,7 @@ def test_a_model_named_like_the_job_queue_in_a_shared_namespace_is_refused():
 def test_distinct_names_pass():
     spec = base()
     spec["models"].append({"name": "short", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "h100"})
-    assert [m.name for m in StackSpec.model_validate(spec).models] == ["long", "short"]
+    assert [m.name for m in validate(StackSpec.model_validate(spec)).written.models] == ["long", "short"]
 
 
 # -------------------------------------------------------------------------- the endpoint picker

@@ -22,6 +22,7 @@ from inferstack.catalog import on_demand_price, prices_source
 from inferstack.planning.cost import nodes_cost, stack_costs
 from inferstack.planning.node_groups import nodes_at, nodes_at_min, plan_node_groups
 from inferstack.spec import SpecError, StackSpec
+from inferstack.validation import validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,9 +38,14 @@ def spec(pools: list[dict], budget: float | None = None, region: str = "us-east-
     return document
 
 
+def valid(document: dict) -> StackSpec:
+    """The document as written, once every layer accepts it."""
+    return validate(StackSpec.model_validate(document)).written
+
+
 def refusal(document: dict) -> SpecError:
     with pytest.raises((SpecError, ValidationError)) as caught:
-        StackSpec.model_validate(document)
+        validate(StackSpec.model_validate(document))
     assert isinstance(caught.value, SpecError), caught.value
     return caught.value
 
@@ -48,7 +54,7 @@ def refusal(document: dict) -> SpecError:
 def test_a_mixed_pool_costs_its_cheapest_type_at_min_and_its_dearest_at_max(types):
     pool = {"name": "mixed", "instance_types": types, "min_nodes": 1, "max_nodes": 3,
             "capacity": {"on_demand_base": 1, "spot": False}}
-    (cost,) = stack_costs(StackSpec.model_validate(spec([pool])))
+    (cost,) = stack_costs(valid(spec([pool])))
     prices = [price(t) for t in types]
     assert cost.min_usd_per_hour == round(min(prices), 4)  # pool costs are quoted to 1/100 of a cent
     assert cost.max_usd_per_hour == round(3 * max(prices), 4)
@@ -59,7 +65,7 @@ def test_spot_nodes_above_the_baseline_take_the_discount_at_the_dearest_type():
     pool = {"name": "mixed", "instance_types": ["g6.xlarge", "g6.2xlarge"], "max_nodes": 4,
             "capacity": {"on_demand_base": 1, "spot": True}}
     document = spec([pool]) | {"budget": {"spot_discount": 0.5}}
-    (cost,) = stack_costs(StackSpec.model_validate(document))
+    (cost,) = stack_costs(valid(document))
     assert cost.max_usd_per_hour == round(price("g6.2xlarge") * (1 + 3 * 0.5), 4)
 
 
@@ -72,10 +78,10 @@ def test_a_pool_at_a_size_fills_its_node_groups_baseline_first(spot, expected):
     the on-demand baseline fills first, the burst group above it is spot only when the pool says so."""
     document = spec([{"name": "l4", "instance_types": ["g6.xlarge"], "min_nodes": 3, "max_nodes": 5,
                       "capacity": {"on_demand_base": 2, "spot": spot}}])
-    pool = StackSpec.model_validate(document).node_pools[0]
+    pool = valid(document).node_pools[0]
     assert {nodes: nodes_at(pool, nodes) for nodes in expected} == expected
     assert nodes_at_min(pool) == sum(g.min_size for g in plan_node_groups(pool)) == 3
-    (cost,) = stack_costs(StackSpec.model_validate(document))
+    (cost,) = stack_costs(valid(document))
     # At min scale: the 2 baseline nodes at the full price, the third at the default 60% spot discount.
     assert cost.min_usd_per_hour == round(price("g6.xlarge") * ((2 + (1 - 0.6)) if spot else 3), 4)
     assert nodes_cost(price("g6.xlarge"), 2, 1, 0.6) == price("g6.xlarge") * (2 + (1 - 0.6))
@@ -86,7 +92,7 @@ def test_a_type_without_a_price_leaves_its_pool_unpriced_not_free(capacity):
     assert price("p5e.48xlarge", "us-east-2") is None, "the catalog has no us-east-2 price for p5e.48xlarge"
     pool = {"name": "h200", "instance_types": ["p5e.48xlarge"], "min_nodes": 1, "max_nodes": 2, "efa": True,
             "capacity": capacity}
-    (cost,) = stack_costs(StackSpec.model_validate(spec([pool], region="us-east-2")))
+    (cost,) = stack_costs(valid(spec([pool], region="us-east-2")))
     assert cost.min_usd_per_hour is None and cost.max_usd_per_hour is None
     assert cost.unpriced_types == ("p5e.48xlarge",)
 
@@ -105,7 +111,7 @@ def test_a_budget_over_an_unpriced_pool_is_refused_at_the_type(index):
 def test_a_pool_costs_the_stack_regions_prices(region):
     pool = {"name": "l4", "instance_types": ["g6.xlarge", "g6.4xlarge"], "min_nodes": 1, "max_nodes": 3,
             "capacity": {"on_demand_base": 1, "spot": False}}
-    (cost,) = stack_costs(StackSpec.model_validate(spec([pool], region=region)))
+    (cost,) = stack_costs(valid(spec([pool], region=region)))
     assert cost.min_usd_per_hour == round(price("g6.xlarge", region), 4)
     assert cost.max_usd_per_hour == round(3 * price("g6.4xlarge", region), 4)
     assert cost.on_demand_usd_per_node == price("g6.4xlarge", region)
@@ -129,7 +135,7 @@ def test_a_type_priced_elsewhere_but_not_in_the_stack_region_refuses_the_budget(
     assert f"{unpriced!r} has no on-demand price in {region}" in error.problem
     assert "components/catalog/prices.json" in error.fix
     # Without a budget the stack is allowed, and the pool is unpriced rather than free.
-    costs = stack_costs(StackSpec.model_validate(spec(pools, region=region)))
+    costs = stack_costs(valid(spec(pools, region=region)))
     assert [c.max_usd_per_hour is None for c in costs] == [p["instance_types"].count(unpriced) > 0 for p in pools]
 
 
@@ -150,7 +156,7 @@ def test_auto_placement_prices_each_candidate_in_the_stack_region(region):
     from inferstack.planning.auto_placement import candidates
     from inferstack.spec.pools import PoolHardware
 
-    stack = StackSpec.model_validate(auto_stack(region, [L4], 8192))
+    stack = valid(auto_stack(region, [L4], 8192))
     pools = {p.name: PoolHardware(p) for p in stack.node_pools}
     (best, *_) = candidates(stack.models[0], pools, region)
     assert best.model.pool == "l4" and best.usd_per_hour == round(price("g6.xlarge", region), 6)
@@ -158,7 +164,7 @@ def test_auto_placement_prices_each_candidate_in_the_stack_region(region):
 
 def test_auto_placement_leaves_out_a_pool_unpriced_in_the_stack_region():
     # 32K tokens x 4 of the 8B model fit an L40S but not an L4: us-east-1 prices the L40S and places it there.
-    assert [m.pool for m in StackSpec.model_validate(auto_stack("us-east-1", [L4, L40S], 32768)).resolved().models] \
+    assert [m.pool for m in validate(StackSpec.model_validate(auto_stack("us-east-1", [L4, L40S], 32768))).stack.models] \
         == ["l40s"]
     error = refusal(auto_stack("ap-south-1", [L4, L40S], 32768))
     assert error.path == "models[0].pool"
@@ -186,12 +192,12 @@ def test_a_budget_below_the_cost_at_max_scale_is_refused_with_the_figures(pool, 
     assert f"${total:,.2f}/h" in error.problem and f"{pool['name']} ${total:,.2f}/h" in error.problem
     assert f"at least {total:,.2f}" in error.fix
     # The same stack at its own cost fits.
-    StackSpec.model_validate(spec([pool], budget=round(total + 0.01, 2)))
+    valid(spec([pool], budget=round(total + 0.01, 2)))
 
 
 def test_without_a_budget_an_unpriced_pool_is_allowed_and_shown_unpriced():
     pool = {"name": "h200", "instance_types": ["p5e.48xlarge"], "max_nodes": 1, "efa": True}
-    (cost,) = stack_costs(StackSpec.model_validate(spec([pool], region="us-east-2")))
+    (cost,) = stack_costs(valid(spec([pool], region="us-east-2")))
     assert cost.max_usd_per_hour is None
 
 
@@ -234,7 +240,7 @@ def plans() -> dict[str, dict]:
     from inferstack.stacks import load_stack
 
     specs = {name: load_stack(REPO / "stacks", name) for name in ("dev", "prod")}
-    specs["unpriced"] = StackSpec.model_validate(spec(
+    specs["unpriced"] = valid(spec(
         [{"name": "h200", "instance_types": ["p5e.48xlarge"], "max_nodes": 1, "efa": True},
          {"name": "l4", "instance_types": ["g6.xlarge", "g6.4xlarge"], "min_nodes": 1, "max_nodes": 2}],
         region="us-east-2",

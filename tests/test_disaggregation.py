@@ -31,6 +31,7 @@ from inferstack.cli import main
 from inferstack.planning.disaggregation import prefill_engine
 from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 SERVICE = "qwen-32b-pd"
@@ -154,7 +155,7 @@ def test_the_prefill_engine_keeps_the_model_and_takes_the_roles_shape(stack):
         f"{SERVICE}-prefill", 1, "h100", "prefill", SERVICE)
     assert (engine.model, engine.kv_cache_dtype, engine.max_model_len) == (service.model, service.kv_cache_dtype, service.max_model_len)
     assert service.pd_role == "decode" and engine.disaggregation is None and engine.speculative is None
-    assert [m.name for m in stack.resolved().models].count(f"{SERVICE}-prefill") == 1
+    assert [m.name for m in validate(stack).stack.models].count(f"{SERVICE}-prefill") == 1
 
 
 # ------------------------------------------------------------------------------------------ refusals

@@ -25,7 +25,8 @@ from inferstack.presentation.summary import placements
 from inferstack.serving.transport import transport
 from inferstack.spec import SpecError, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
-from inferstack.stacks import load_stack
+from inferstack.stacks import load_stack, load_validated
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 
@@ -43,6 +44,11 @@ def spec(**model) -> dict:
              "pipeline_parallel": 2, "max_model_len": 32768, **model},
         ],
     }
+
+
+def checked(document: dict) -> StackSpec:
+    """The document as written, once every layer accepts it."""
+    return validate(StackSpec.model_validate(document)).written
 
 
 def vllm_env(template) -> dict[str, str]:
@@ -81,13 +87,13 @@ def test_a_multi_node_service_on_efa_runs_the_efa_build_with_nccl_routed_through
 
 
 def test_the_plan_says_which_transport_each_service_uses():
-    prod = load_stack(STACKS, "prod").resolved()
-    rows = {row["model"]: row for row in placements(prod)}
+    prod = load_validated(STACKS, "prod")
+    rows = {row["model"]: row for row in placements(prod.stack, prod.auto_placed)}
     assert rows["llama-70b-long"]["transport"] == "efa"
     assert "NCCL over EFA" in rows["llama-70b-long"]["transport_detail"] and DEFAULT_EFA_VLLM_IMAGE in rows["llama-70b-long"]["transport_detail"]
     assert {row["transport"] for name, row in rows.items() if name != "llama-70b-long"} == {"in-node"}
 
-    over_tcp = StackSpec.model_validate({**spec(), "models": [{**spec()["models"][0], "pool": "l40s", "tensor_parallel": 4}]})
+    over_tcp = checked({**spec(), "models": [{**spec()["models"][0], "pool": "l40s", "tensor_parallel": 4}]})
     model = over_tcp.models[0]
     route = transport(model, PoolHardware(over_tcp.pool("l40s")))
     assert route.kind == "tcp" and route.image == DEFAULT_VLLM_IMAGE and "TCP sockets" in route.describe()
@@ -95,7 +101,7 @@ def test_the_plan_says_which_transport_each_service_uses():
 
 def test_the_stock_image_on_a_multi_node_efa_service_is_refused_at_spec_time():
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(spec(image=DEFAULT_VLLM_IMAGE))
+        checked(spec(image=DEFAULT_VLLM_IMAGE))
     error = caught.value
     assert error.path == "models[0].image"
     assert "is not known to carry libfabric and the aws-ofi-nccl plugin" in error.problem
@@ -106,8 +112,8 @@ def test_the_stock_image_on_a_multi_node_efa_service_is_refused_at_spec_time():
 def test_a_teams_own_efa_image_is_accepted_when_the_spec_says_so_and_the_pods_say_it_too():
     own = "registry.example.com/ml/vllm-efa:0.33.0-1"
     with pytest.raises(SpecError):
-        StackSpec.model_validate(spec(image=own))
-    stack = StackSpec.model_validate(spec(image=own, image_provides_efa=True))
+        checked(spec(image=own))
+    stack = checked(spec(image=own, image_provides_efa=True))
     objects = kubernetes_objects(run_stack(stack))
     for template in lws_templates(objects):
         assert template["metadata"]["annotations"] == {IMAGE_PROVIDES_EFA_ANNOTATION: "true"}
@@ -117,7 +123,7 @@ def test_a_teams_own_efa_image_is_accepted_when_the_spec_says_so_and_the_pods_sa
 
 def test_image_provides_efa_cannot_vouch_for_an_image_the_catalog_knows_has_no_efa():
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(spec(image=DEFAULT_VLLM_IMAGE, image_provides_efa=True))
+        checked(spec(image=DEFAULT_VLLM_IMAGE, image_provides_efa=True))
     error = caught.value
     assert error.path == "models[0].image_provides_efa"
     assert "is in the catalog, which knows it carries no libfabric or aws-ofi-nccl plugin" in error.problem
@@ -126,5 +132,5 @@ def test_image_provides_efa_cannot_vouch_for_an_image_the_catalog_knows_has_no_e
 def test_docker_hubs_own_spellings_of_the_efa_build_are_the_same_image():
     for reference in (f"docker.io/{DEFAULT_EFA_VLLM_IMAGE}", f"index.docker.io/{DEFAULT_EFA_VLLM_IMAGE}"):
         assert vllm_image(reference) == vllm_image(DEFAULT_EFA_VLLM_IMAGE)
-        stack = StackSpec.model_validate(spec(image=reference))
+        stack = checked(spec(image=reference))
         assert transport(stack.models[0], PoolHardware(stack.pool("h100"))).kind == "efa"

@@ -15,7 +15,8 @@ from inferstack.engine.recorder import record
 from inferstack.engine.render import is_secret, helm_releases, kubernetes_objects, write_render
 from inferstack.program import deploy
 from inferstack.spec import StackSpec
-from inferstack.stacks import load_stack
+from inferstack.stacks import load_stack, load_validated
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 
@@ -152,9 +153,9 @@ MODE_STACKS = {
 def _stack(case: str) -> StackSpec:
     if case in ("dev", "prod"):
         return load_stack(STACKS, case)
-    return StackSpec.model_validate(
+    return validate(StackSpec.model_validate(
         {"node_pools": EXISTING_POOLS, "models": EXISTING_MODELS, **MODE_STACKS[case]}
-    ).resolved()
+    )).stack
 
 
 @pytest.mark.parametrize("case", ["dev", "prod", *MODE_STACKS])
@@ -277,9 +278,11 @@ def test_resources_pulumi_tells_apart_by_urn_get_distinct_names_in_the_recording
     }
     assert "twins-serving-foo-service" in names  # names nothing else shares stay as the program gave them
 
-    from inferstack.presentation.summary import time_to_serving
+    from inferstack.presentation.summary import node_pools, placements, time_to_serving
 
-    assert [m["model"] for m in time_to_serving(spec, recording)["models"]] == ["foo"]
+    validated = validate(spec)
+    pools, rows = node_pools(validated.stack), placements(validated.stack, validated.auto_placed)
+    assert [m["model"] for m in time_to_serving(validated.stack, recording, pools, rows)["models"]] == ["foo"]
 
 
 def test_the_plan_lists_outputs_the_engine_left_unanswered(capsys):
@@ -287,7 +290,7 @@ def test_the_plan_lists_outputs_the_engine_left_unanswered(capsys):
     from inferstack.presentation.terminal import print_plan
     from inferstack.presentation.summary import build_plan
 
-    spec = load_stack(STACKS, "dev").resolved()
+    spec = load_validated(STACKS, "dev")
     recording = run_stack(spec)
     assert build_plan(spec, recording)["resources"]["unanswered_outputs"] == []
     recording.unanswered = ["aws:ec2/eip:Eip dev-network-nat-eip .allocation_id"]

@@ -45,9 +45,11 @@ from inferstack.planning.sizing import (
     weights_bytes,
 )
 from inferstack.serving.vllm_args import engine_args, serve_argv
-from inferstack.spec import ModelServiceSpec, NodePoolSpec, SpecError, StackSpec, describe_validation_error
-from inferstack.spec.models import All2AllBackend
+from inferstack.spec import (
+    All2AllBackend, ModelServiceSpec, NodePoolSpec, SpecError, StackSpec, describe_validation_error,
+)
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference" / "vllm-and-hardware.md"
@@ -260,7 +262,7 @@ def refusal(change) -> SpecError:
     spec = copy.deepcopy(STACK)
     change(spec)
     with pytest.raises((SpecError, ValidationError)) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     error = caught.value
     return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
@@ -306,7 +308,7 @@ def test_each_layout_mistake_is_refused_with_its_path_and_fix(case):
 def test_auto_placement_picks_a_tensor_parallel_size_whose_ranks_fit_a_node():
     spec = copy.deepcopy(STACK)
     service(pool="auto", tensor_parallel="auto")(spec)
-    (placed,) = StackSpec.model_validate(spec).resolved().models
+    (placed,) = validate(StackSpec.model_validate(spec)).stack.models
     assert placed.pool == "h200" and placed.tensor_parallel == 1 and placed.gpus_per_pod == 8
 
 
@@ -315,4 +317,4 @@ def test_nearest_valid_layouts_are_accepted():
                    service(all2all_backend="deepep_low_latency", data_parallel=8, data_parallel_local=None)):
         spec = copy.deepcopy(STACK)
         change(spec)
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from inferstack.catalog.hf_config import architecture_from_config, checkpoint_format_from_config
 from inferstack.spec import SpecError
+from inferstack.spec.hf_config import architecture_from_config, checkpoint_format_from_config
 
 # huggingface.co/meta-llama/Llama-3.1-8B config.json, as copied in citsjtu2020/LLM-Prof@8434c8d:sglang/Model_Config.md
 LLAMA_3_1_8B = {

@@ -20,8 +20,7 @@ from inferstack.platform.karpenter_pools import (
     node_pools,
 )
 from inferstack.catalog.karpenter import FACTS
-from inferstack.spec import NodePoolSpec
-from inferstack.spec.models import MaintenanceWindowSpec
+from inferstack.spec import MaintenanceWindowSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
 
 ENV = "prod"

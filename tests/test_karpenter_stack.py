@@ -25,6 +25,7 @@ from kube_validation import assert_valid
 from inferstack.cli import main
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 REPO = Path(__file__).resolve().parents[1]
 STACKS = REPO / "stacks"
@@ -138,7 +139,7 @@ def refusal(change) -> SpecError:
     spec = copy.deepcopy(karpenter_spec())
     change(spec)
     with pytest.raises((SpecError, ValueError)) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     error = caught.value
     return error if isinstance(error, SpecError) else describe_validation_error(error, StackSpec)
 
@@ -170,7 +171,7 @@ def test_the_same_pools_pass_under_the_cluster_autoscaler():
     spec["platform"]["node_autoscaler"] = "cluster-autoscaler"
     spec["node_pools"][2]["gpu_sharing"]["strategy"] = "mixed"
     spec["models"][2]["mig_profile"] = "3g.40gb"
-    StackSpec.model_validate(spec)
+    validate(StackSpec.model_validate(spec))
 
 
 def test_the_spec_names_the_window_for_drift_replacements():
@@ -180,7 +181,7 @@ def test_the_spec_names_the_window_for_drift_replacements():
 
     spec = karpenter_spec()
     spec["platform"]["maintenance_window"] = {"start_hour_utc": 22, "hours": 4}
-    stack = StackSpec.model_validate(spec)
+    stack = validate(StackSpec.model_validate(spec)).written
     (pool,) = [p for p in stack.node_pools if p.name == "l40s"]
     for body in node_pools(pool, environment="karpenter", node_class_name="karpenter-l40s",
                            maintenance_window=stack.platform.maintenance_window):
@@ -242,13 +243,13 @@ def test_a_reservation_in_another_zone_than_the_pools_first_is_refused():
     assert "first zone, us-east-1a" in str(error) and "list us-east-1c first in node_pools[0].availability_zones" in str(error)
     spec = copy.deepcopy(karpenter_spec())
     reserve_in("us-east-1a")(spec)
-    StackSpec.model_validate(spec)
+    validate(StackSpec.model_validate(spec))
     # Node groups launch reserved nodes the same way: the pool listing the reservation's zone first passes.
     spec = copy.deepcopy(karpenter_spec())
     spec["platform"]["node_autoscaler"] = "cluster-autoscaler"
     reserve_in("us-east-1b")(spec)
     spec["node_pools"][0]["availability_zones"] = ["us-east-1b"]
-    StackSpec.model_validate(spec)
+    validate(StackSpec.model_validate(spec))
 
 
 def test_a_budget_with_auto_parallelism_is_checked_on_the_resolved_engines():
@@ -262,9 +263,9 @@ def test_a_budget_with_auto_parallelism_is_checked_on_the_resolved_engines():
         "models": [{"name": "m", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "l40s", "tensor_parallel": "auto",
                     "max_model_len": 8192, "max_num_seqs": 8}],
     }
-    resolved = StackSpec.model_validate(spec).resolved()
+    resolved = validate(StackSpec.model_validate(spec)).stack
     assert resolved.models[0].tensor_parallel == 1
     spec["budget"]["max_usd_per_hour"] = 1
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     assert caught.value.path == "budget.max_usd_per_hour"

@@ -1,5 +1,9 @@
 """The package's rooms and what each may import (README "Layout"; each package's opening docstring).
 
+- spec: the bottom floor, the types and the rules that need nothing but the spec and the catalog; it imports no
+  layer, no planning, no validation (nor the catalog the spec, so the two do not form a cycle).
+- validation: above the layers, it asks each of them for its refusals; no room below imports it.
+- no two rooms import each other, directly or through others (function-level imports counted).
 - planning: pure functions over the spec and the catalog; never Pulumi, the engine, the components or the
   presentation, so `plan`, `check` and the components read one set of figures.
 - the components (aws, platform, serving, weights): never the presentation, the engine or the CLI.
@@ -56,16 +60,26 @@ def starts(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
+LAYERS = ("inferstack.aws", "inferstack.platform", "inferstack.serving", "inferstack.weights")
+
 FORBIDDEN = {
+    "spec": (
+        [PACKAGE / "spec"],
+        ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", *LAYERS, "inferstack.planning",
+         "inferstack.engine", "inferstack.presentation", "inferstack.policies", "inferstack.validation",
+         "inferstack.program", "inferstack.stacks", "inferstack.cli", "inferstack.bench", "inferstack.helm"),
+    ),
+    "catalog": ([PACKAGE / "catalog"], ("inferstack.spec", "inferstack.planning", *LAYERS, "inferstack.validation")),
     "planning": (
         [PACKAGE / "planning"],
         ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_policy", "inferstack.engine", "inferstack.presentation",
          "inferstack.aws", "inferstack.platform", "inferstack.serving", "inferstack.weights", "inferstack.policies",
-         "inferstack.cli", "inferstack.program", "inferstack.bench", "inferstack.stacks"),
+         "inferstack.cli", "inferstack.program", "inferstack.bench", "inferstack.stacks", "inferstack.validation"),
     ),
     "components": (
         [PACKAGE / "aws", PACKAGE / "platform", PACKAGE / "serving", PACKAGE / "weights"],
-        ("inferstack.presentation", "inferstack.engine", "inferstack.cli", "inferstack.bench"),
+        ("inferstack.presentation", "inferstack.engine", "inferstack.cli", "inferstack.bench", "inferstack.validation",
+         "inferstack.stacks", "inferstack.program"),
     ),
     "engine": ([PACKAGE / "engine"], ("inferstack.presentation",)),
     "policy rules": (
@@ -111,3 +125,62 @@ def test_importing_all_of_planning_loads_no_pulumi_engine_or_component():
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert [m for m in loaded if starts(m, FORBIDDEN["planning"][1])] == []
     assert "inferstack.planning.sizing" in loaded and "inferstack.spec" in loaded
+
+
+def room_of(name: str) -> str | None:
+    """The top-level room of an inferstack module name ('inferstack.spec.checks' -> 'spec')."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "inferstack" and len(parts) > 1 else None
+
+
+def room_graph() -> dict[str, set[str]]:
+    """Room -> the other rooms its modules import (at their top or inside a function)."""
+    graph: dict[str, set[str]] = {}
+    for path in files(PACKAGE, POLICIES):
+        room = room_of(module_name(path)) or "inferstack"
+        targets = {room_of(name) for name in imports(path)} - {None, room}
+        # `from inferstack import conventions` names the package and the module: only the module is a room.
+        graph.setdefault(room, set()).update(t for t in targets if t != "inferstack" or room == "inferstack")
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle between rooms, each as the rooms along it (depth-first, each cycle once)."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(room: str, trail: list[str]) -> None:
+        for target in sorted(graph.get(room, ())):
+            if target in trail:
+                cycle = trail[trail.index(target):]
+                if frozenset(cycle) not in seen:
+                    seen.add(frozenset(cycle))
+                    found.append([*cycle, target])
+            elif len(trail) < len(graph):
+                walk(target, [*trail, target])
+
+    for room in sorted(graph):
+        walk(room, [room])
+    return found
+
+
+def test_no_two_rooms_import_each_other():
+    """The rooms stack as floors: catalog and conventions, spec, planning, the layers, validation, the program,
+    the engine, the presentation and the CLI; an import back down-to-up anywhere is a cycle."""
+    graph = room_graph()
+    assert cycles(graph) == []
+    assert {"spec", "planning", "aws", "validation", "presentation"} <= set(graph)
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_third_room():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_planning_modules_import_each_other():
+    """Inside planning too the imports go one way (lora and sizing once imported each other)."""
+    modules = {module_name(path): path for path in files(PACKAGE / "planning")}
+    graph = {
+        name: {m for m in imports(path) if m in modules and m != name} for name, path in modules.items()
+    }
+    assert cycles(graph) == []

@@ -1,4 +1,4 @@
-"""Capacity at minimum scale, refused at spec time (components/spec/capacity.py).
+"""Capacity at minimum scale, refused at spec time (components/planning/minimum_capacity.py).
 
 Upstream rules the checks encode:
 - EKS User Guide, managed-node-groups "Managed node group capacity types": a SPOT group's nodes are
@@ -22,6 +22,7 @@ from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.spec import StackSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
 
 QWEN = {"name": "qwen", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "l4",
         "max_model_len": 8192}
@@ -35,7 +36,7 @@ def stack(pool: dict, *models: dict, **top) -> dict:
 
 def refusal(spec: dict) -> SpecError:
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     return caught.value
 
 
@@ -84,12 +85,12 @@ def test_online_minimum_replicas_beyond_the_on_demand_baseline_are_refused(pool,
     ],
 )
 def test_a_baseline_that_holds_the_minimum_is_accepted(pool, model):
-    StackSpec.model_validate(stack(pool, model))
+    validate(StackSpec.model_validate(stack(pool, model)))
 
 
 def test_the_baseline_is_the_node_groups_the_aws_layer_creates():
     """One source: the on-demand and reserved groups plan_node_groups makes, at their min_size."""
-    spec = StackSpec.model_validate(stack({"min_nodes": 3, "capacity": {"on_demand_base": 2}}, QWEN))
+    spec = validate(StackSpec.model_validate(stack({"min_nodes": 3, "capacity": {"on_demand_base": 2}}, QWEN))).written
     pool = spec.node_pools[0]
     groups = {g.capacity_type: g.min_size for g in plan_node_groups(pool)}
     assert groups == {"ON_DEMAND": 2, "SPOT": 1}
@@ -98,7 +99,7 @@ def test_the_baseline_is_the_node_groups_the_aws_layer_creates():
 
 def test_nodes_for_replicas_counts_the_scarcest_resource_of_a_mig_pool():
     """Every node offers each MIG profile of the layout; the profile that runs out first decides."""
-    spec = StackSpec.model_validate({
+    validated = validate(StackSpec.model_validate({
         "environment": "test",
         "node_pools": [{"name": "mig", "instance_types": ["p4de.24xlarge"], "max_nodes": 2,
                         "capacity": {"on_demand_base": 2},
@@ -109,9 +110,9 @@ def test_nodes_for_replicas_counts_the_scarcest_resource_of_a_mig_pool():
             {"name": "small", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "mig",
              "mig_profile": "3g.40gb", "max_model_len": 8192, "autoscaling": {"min_replicas": 9, "max_replicas": 9}},
         ],
-    })
-    hardware = PoolHardware(spec.node_pools[0])
-    models = spec.resolved().models
+    }))
+    hardware = PoolHardware(validated.written.node_pools[0])
+    models = validated.stack.models
     assert hardware.resources_per_node == {"nvidia.com/mig-3g.40gb": 8, "nvidia.com/mig-1g.10gb": 16}
     assert nodes_for_replicas([(models[0], 16)], hardware) == 1
     assert nodes_for_replicas([(models[0], 16), (models[1], 9)], hardware) == 2
@@ -133,7 +134,8 @@ def test_pools_at_zero_without_a_node_autoscaler_are_refused(pool, path):
 
 
 def test_a_pool_that_starts_with_its_nodes_needs_no_node_autoscaler():
-    spec = StackSpec.model_validate(stack({"capacity": {"on_demand_base": 1}}, QWEN, platform={"node_autoscaler": "none"}))
+    spec = validate(StackSpec.model_validate(
+        stack({"capacity": {"on_demand_base": 1}}, QWEN, platform={"node_autoscaler": "none"}))).written
     assert spec.platform.node_autoscaler == "none"
 
 

@@ -14,10 +14,10 @@ import yaml
 
 from inferstack.catalog import INSTANCE_TYPES
 from inferstack.catalog import models as model_catalog
-from inferstack.catalog.hf_config import architecture_from_config
 from inferstack.cli import EXIT_BAD_INPUT, main
 from inferstack.planning.sizing import fit
 from inferstack.spec import ModelArchitecture, ModelServiceSpec, NodePoolSpec
+from inferstack.spec.hf_config import architecture_from_config
 from inferstack.spec.pools import PoolHardware
 
 # Values of huggingface.co/meta-llama/Llama-3.1-8B's config.json (tests/test_hf_config.py names the copy read),

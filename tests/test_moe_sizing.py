@@ -29,8 +29,7 @@ from inferstack.planning.sizing import (
     kv_formula,
     weights_bytes,
 )
-from inferstack.spec import ModelServiceSpec, NodePoolSpec, StackSpec, describe_validation_error
-from inferstack.spec.models import ModelArchitecture
+from inferstack.spec import ModelArchitecture, ModelServiceSpec, NodePoolSpec, StackSpec, describe_validation_error
 from inferstack.spec.pools import PoolHardware
 
 GIB = 1024**3

@@ -23,6 +23,7 @@ import pytest
 from aws_recording import prod_spec, run
 from inferstack.aws.network import ZONE_LETTERS, subnet_layout
 from inferstack.spec import NetworkSpec, SpecError, StackSpec
+from inferstack.validation import validate
 
 REGION = "us-east-1"
 # The addresses the zone-count layout gave a default three-zone /16 before zone slots.
@@ -40,7 +41,7 @@ def zones(letters: str) -> list[str]:
 def stack_with_network(**network: Any) -> StackSpec:
     spec = copy.deepcopy(prod_spec())
     spec["cluster"]["network"] = network
-    return StackSpec.model_validate(spec)
+    return validate(StackSpec.model_validate(spec)).written
 
 
 def subnet_cidrs(network: dict[str, Any]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from inferstack.policies.runner import run_policies
 from inferstack.policies.pools import LAUNCH_TEMPLATE, node_groups
 from inferstack.spec import NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
 
 RESERVATION = "cr-0123456789abcdef0"
 
@@ -157,7 +158,7 @@ CAPACITY_BLOCK_POOL = {
 
 @pytest.fixture(scope="module")
 def block_recording():
-    return run(build({"node_pools": [CAPACITY_BLOCK_POOL]}))
+    return run(validate(build({"node_pools": [CAPACITY_BLOCK_POOL]})).written)
 
 
 def _group_and_template(recording, suffix: str):
@@ -246,7 +247,7 @@ def gpu_inputs(recording, prefix: str = "prod-") -> dict[str, dict]:
 def prod_with(**changes):
     from aws_recording import build as build_prod
 
-    return build_prod(changes)
+    return validate(build_prod(changes)).written
 
 
 def on_version(version: str):
@@ -256,7 +257,7 @@ def on_version(version: str):
     data = prod_spec()
     without_node_autoscaler(data)
     data["cluster"]["kubernetes_version"] = version
-    return StackSpec.model_validate(data)
+    return validate(StackSpec.model_validate(data)).written
 
 
 def pools_with(edit):

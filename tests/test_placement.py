@@ -22,7 +22,7 @@ from inferstack.planning.demand import (
 )
 from inferstack.planning.placement import plan_placement
 from inferstack.planning.placement_yardsticks import exhaustive_placement, naive_placement
-from inferstack.spec.models import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
+from inferstack.spec import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
 
 # (model id, quantization): the catalog's models at the precisions people serve them in.

@@ -17,6 +17,7 @@ from inferstack.platform.autoscaler import autoscaler_policy
 from inferstack.platform.gpu_nodes import mig_config_name
 from inferstack.spec import SpecError
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
 
 # Which release installs the CRDs of each API group the platform creates objects in.
 CRD_RELEASE = {"kueue.x-k8s.io": "kueue", "monitoring.coreos.com": "kube-prometheus-stack"}
@@ -132,10 +133,10 @@ def test_cluster_queue_quotas_come_from_pool_max_sizes_and_advertised_resources(
 
 
 def test_a_quota_override_fills_the_preferred_flavor_first():
-    spec = build(lambda s: s.update(queues={"cluster_queues": [
+    spec = validate(build(lambda s: s.update(queues={"cluster_queues": [
         {"name": "serving", "role": "serving", "quota_gpus": {"h100": 10}, "borrowing_limit_gpus": 4},
         {"name": "batch", "role": "batch"},
-    ]}))
+    ]}))).written
     serving = objects_of(render(spec), "ClusterQueue")["serving"]
     assert quotas(serving)["h100-on-demand"]["nvidia.com/gpu"] == 8
     assert quotas(serving)["h100-spot"]["nvidia.com/gpu"] == 2
@@ -179,7 +180,7 @@ def test_metrics_monitor_vllm_and_the_endpoint_picker_with_dashboard_and_alerts(
 
 
 def test_an_existing_prometheus_replaces_the_bundled_stack():
-    spec = build(lambda s: s.update(observability={"prometheus_url": "http://prometheus.monitoring:9090"}))
+    spec = validate(build(lambda s: s.update(observability={"prometheus_url": "http://prometheus.monitoring:9090"}))).written
     recording = render(spec)
     assert "kube-prometheus-stack" not in releases(recording)
     release_names = {r.name for r in recording.of_type(HELM_RELEASE)}
@@ -217,12 +218,12 @@ def test_autoscaler_policy_scopes_every_write_to_the_clusters_groups():
 def test_a_kubernetes_version_without_an_autoscaler_image_is_rejected_at_spec_time():
     """Before anything registers (the platform layer would otherwise stop the program after the AWS layer)."""
     with pytest.raises(SpecError) as caught:
-        build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"}))
+        validate(build(lambda s: s.update(cluster={"mode": "create", "kubernetes_version": "1.31"})))
     assert caught.value.path == "cluster.kubernetes_version"
     assert "no cluster-autoscaler image for Kubernetes 1.31" in str(caught.value)
     def without_autoscaler(data):
         data["cluster"] = {"mode": "create", "kubernetes_version": "1.31"}
         without_node_autoscaler(data)
 
-    spec = build(without_autoscaler)
+    spec = validate(build(without_autoscaler)).written
     assert spec.cluster.kubernetes_version == "1.31"  # no autoscaler, no image needed

@@ -4,7 +4,7 @@ platform cannot deploy, each rejected with its field path and a message that nam
 from __future__ import annotations
 
 import pytest
-from platform_recording import build
+from platform_recording import build as build_spec
 
 from inferstack.platform.gpu_nodes import (
     WHOLE_GPU_CONFIG,
@@ -17,6 +17,12 @@ from inferstack.conventions import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
 from inferstack.platform.kueue import manager_config
 from inferstack.spec import SpecError
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
+
+
+def build(change=None):
+    """The spec of `platform_recording.build`, checked by every layer as a deploy would."""
+    return validate(build_spec(change)).written
 
 
 def pool(name: str, instance_type: str, sharing: dict, **extra) -> dict:
@@ -87,7 +93,7 @@ def test_kueue_integrates_deployments_and_leaderworkersets_in_the_stack_namespac
 
 def rejection(change) -> SpecError:
     with pytest.raises(SpecError) as caught:
-        build(change)
+        validate(build_spec(change))
     return caught.value
 
 

@@ -11,7 +11,7 @@ from inferstack.engine.mocks import PlanMocks
 from inferstack.engine.recorder import record
 from inferstack.engine.render import kubernetes_objects
 from inferstack.program import deploy
-from inferstack.stacks import load_stack
+from inferstack.stacks import load_validated
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 
@@ -37,8 +37,9 @@ EXPECTED_BUDGET = {
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_prefetch_script_carries_its_pools_budget(stack):
-    spec = load_stack(STACKS, stack).resolved()
-    objects = kubernetes_objects(record(lambda: deploy(spec), spec.environment, PlanMocks(spec.region)))
+    validated = load_validated(STACKS, stack)
+    spec = validated.stack   # as it deploys
+    objects = kubernetes_objects(record(lambda: deploy(validated), spec.environment, PlanMocks(spec.region)))
     pools = {m.name: m.pool for m in spec.models} | {j.name: j.pool for j in spec.batch_jobs}
     scripts = {
         o["metadata"]["name"].rpartition("-prefetch")[0]: o["data"]["prefetch.sh"]  # a batch job's ends in its revision

@@ -47,6 +47,7 @@ from stack_files import DEV, PROD, REPO, edited, reader_stops_after_one_line, re
 
 from inferstack.aws.foundation import AUTONAME_SUFFIX, IAM_ROLE_NAME_MAX, NODE_GROUP_NAME_MAX
 from inferstack.spec import SpecError, StackSpec
+from inferstack.validation import validate
 
 # The YAML form README.md documents ("A stack may also be a YAML or JSON document"), with one model service.
 YAML = """\
@@ -267,7 +268,7 @@ def _longest_accepted(document: dict, set_name, longest: int = 40) -> dict:
     for length in range(longest, 0, -1):
         candidate = set_name(json.loads(json.dumps(document)), length)
         try:
-            StackSpec.model_validate(candidate)
+            validate(StackSpec.model_validate(candidate))
         except (SpecError, ValueError):
             continue
         return candidate

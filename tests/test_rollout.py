@@ -30,7 +30,8 @@ from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import AutoscalingSpec, BatchJobSpec, CapacitySpec, ModelServiceSpec, NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
-from inferstack.stacks import load_stack
+from inferstack.stacks import load_validated
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 
@@ -43,7 +44,7 @@ def one_pool(max_nodes: int, min_replicas: int, max_replicas: int, batch_paralle
             parallelism=batch_parallelism,
         )
     ] if batch_parallelism else []
-    return StackSpec(
+    return validate(StackSpec(
         environment="dev",
         node_pools=[
             NodePoolSpec(
@@ -59,7 +60,7 @@ def one_pool(max_nodes: int, min_replicas: int, max_replicas: int, batch_paralle
             )
         ],
         batch_jobs=jobs,
-    )
+    )).written
 
 
 def test_spare_room_at_max_surges_one_replica():
@@ -106,7 +107,7 @@ def test_batch_job_pods_take_the_room_a_surge_would_need():
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_free_at_max_is_the_pools_max_resources_less_every_service_at_max(stack):
     """The same figure auto placement and the Kueue quota check use: PoolHardware.max_resources."""
-    spec = load_stack(STACKS, stack).resolved()
+    spec = load_validated(STACKS, stack).stack
     for model in spec.models:
         hardware = PoolHardware(spec.pool(model.pool))
         expected = dict(hardware.max_resources)
@@ -127,8 +128,8 @@ def test_free_at_max_is_the_pools_max_resources_less_every_service_at_max(stack)
 def rendered(request):
     from test_serving import render
 
-    spec = load_stack(STACKS, request.param)
-    return spec.resolved(), kubernetes_objects(render(spec))
+    spec = load_validated(STACKS, request.param).stack
+    return spec, kubernetes_objects(render(spec))
 
 
 def test_workloads_carry_the_derived_strategy_and_are_valid(rendered):
@@ -151,7 +152,7 @@ def test_workloads_carry_the_derived_strategy_and_are_valid(rendered):
 
 
 def test_prod_multi_node_group_states_its_strategy_and_how_to_wait():
-    spec = load_stack(STACKS, "prod").resolved()
+    spec = load_validated(STACKS, "prod").stack
     rows = {row["model"]: row for row in rollouts(spec)["models"]}
     long = rows["llama-70b-long"]
     assert long["workload"] == "leaderworkerset/llama-70b-long-group"

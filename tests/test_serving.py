@@ -19,6 +19,7 @@ from inferstack.serving.serving import Serving, ServingArgs
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import SpecError, StackSpec
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 BUCKET = "acme-weights"
@@ -346,7 +347,7 @@ def test_gateway_crds_implementation_and_body_based_routing(prod_render):
 
 
 def test_agentgateway_variant(prod):
-    spec = StackSpec.model_validate({**prod.model_dump(), "gateway": {"implementation": "agentgateway"}})
+    spec = validate(StackSpec.model_validate({**prod.model_dump(), "gateway": {"implementation": "agentgateway"}})).stack
     recording = render(spec)
     objects = kubernetes_objects(recording)
     # agentgateway's policy CRD has no schema in ../shared/schemas; everything else is checked.
@@ -474,14 +475,14 @@ def test_a_batch_job_for_a_multi_node_service_is_rejected(prod):
     data["batch_jobs"][0]["model_service"] = "llama-70b-long"
     data["batch_jobs"][0]["pool"] = "h100"
     with pytest.raises(SpecError, match=r"batch_jobs\[0\].model_service: 'llama-70b-long' spans 2 nodes"):
-        StackSpec.model_validate(data)  # refused by the spec, before anything registers
+        validate(StackSpec.model_validate(data))  # refused by validation, before anything registers
 
 
 def test_a_batch_job_on_a_pool_too_small_for_its_model_is_rejected(prod):
     data = prod.model_dump()
     data["batch_jobs"][0]["model_service"] = "llama-70b"
     with pytest.raises(SpecError, match=r"batch_jobs\[0\].pool: 'llama-70b' needs 4 GPUs on one node but a g6e.xlarge has 1"):
-        StackSpec.model_validate(data)  # refused by the spec, before anything registers
+        validate(StackSpec.model_validate(data))  # refused by validation, before anything registers
 
 
 def test_startup_threshold_is_one_and_a_half_load_times(prod, prod_render):
@@ -496,7 +497,7 @@ def test_one_namespace_no_gateway_and_no_kueue(prod):
     for model in data["models"]:
         if model["autoscaling"]["metric"] == "epp_queue":
             model["autoscaling"]["metric"] = "queue_depth"
-    objects = kubernetes_objects(render(StackSpec.model_validate(data)))
+    objects = kubernetes_objects(render(validate(StackSpec.model_validate(data)).stack))
     assert_valid(objects, prod.cluster.kubernetes_version)
     assert not [o for o in objects if o["kind"] in ("Gateway", "HTTPRoute", "InferencePool", "InferenceObjective")]
     accounts = [(a["metadata"]["namespace"], a["metadata"]["name"]) for a in of_kind(objects, "ServiceAccount")]

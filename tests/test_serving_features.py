@@ -34,6 +34,7 @@ from inferstack.serving.vllm_args import engine_args
 from inferstack.spec import SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack
+from inferstack.validation import validate
 
 STACKS = Path(__file__).resolve().parents[1] / "stacks"
 # Flags read from the 0.33.0 wheel: engine/arg_utils.py (--speculative-config 1864, --enable-lora 1609,
@@ -73,7 +74,7 @@ def edited(stack: StackSpec, service: str, **changes) -> dict:
 
 def refusal(data: dict) -> SpecError:
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(data)
+        validate(StackSpec.model_validate(data))
     return caught.value
 
 
@@ -117,7 +118,7 @@ def test_speculative_refusals(stack, change, field):
 def test_an_ngram_and_a_catalog_draft_need_nothing_more(stack):
     for config in ({"method": "ngram"},
                    {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "weights": DRAFT}):
-        StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config))
+        validate(StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config)))
 
 
 def test_lora_with_speculation_needs_room_for_every_draft(stack):
@@ -151,7 +152,7 @@ def test_lora_flags_size_the_slots_from_the_list(stack):
 def test_a_rank_between_choices_rounds_up_and_fewer_slots_keep_the_rest_on_the_host(stack):
     data = edited(stack, "llama-8b-lora", max_loras=2)
     data["models"][1]["lora_adapters"][1]["rank"] = 40
-    model = next(m for m in StackSpec.model_validate(data).models if m.name == "llama-8b-lora")
+    model = next(m for m in validate(StackSpec.model_validate(data)).written.models if m.name == "llama-8b-lora")
     args = engine_args(model, hardware(stack, model))
     assert args[args.index("--max-lora-rank") + 1] == "64" and 64 in VLLM_LORA_RANKS
     assert args[args.index("--max-cpu-loras") + 1] == "3" >= args[args.index("--max-loras") + 1]
@@ -192,7 +193,7 @@ def test_no_adapters_no_max_loras(stack):
 
 
 def test_a_rank_vllm_cannot_take_is_refused_by_the_schema():
-    from inferstack.spec.models import LoraAdapterSpec
+    from inferstack.spec import LoraAdapterSpec
 
     with pytest.raises(ValueError):
         LoraAdapterSpec(name="a", weights="s3://b/a", rank=1024)
@@ -306,7 +307,7 @@ SPECULATIVE_METHODS = {"ngram", "draft_model", "suffix", "custom_class", "eagle"
     {"method": "mtp", "num_speculative_tokens": 1},
 ])
 def test_every_speculative_config_is_one_vllm_accepts(stack, config):
-    spec = StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config))
+    spec = validate(StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config))).written
     model = next(m for m in spec.models if m.name == "llama-70b-eagle")
     rendered = speculative.speculative_config(model)
     assert set(rendered) <= SPECULATIVE_FIELDS and rendered["method"] in SPECULATIVE_METHODS
@@ -323,7 +324,7 @@ def test_a_batch_job_runs_the_services_base_engine(stack, service, pool):
     data = stack.model_dump(mode="json", exclude_none=True)
     data["batch_jobs"] = [{"name": "nightly", "model_service": service, "pool": pool,
                            "input": "s3://ml-batch/in.jsonl", "output": "s3://ml-batch/out/"}]
-    spec = StackSpec.model_validate(data)
+    spec = validate(StackSpec.model_validate(data)).written
     model, hardware = batch_model(spec, 0)
     argv = run_batch_argv(model, hardware, "/models/x", input_path="/in", output_path="/out")
     assert not {"--enable-lora", "--lora-modules", "--speculative-config", "--kv-offloading-size",

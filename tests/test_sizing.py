@@ -21,6 +21,7 @@ import pytest
 from inferstack.planning.sizing import GIB, checkpoint_bytes, fit, load_seconds, weights_bytes
 from inferstack.spec import ModelServiceSpec, NodePoolSpec, SpecError, StackSpec
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import validate
 
 MIB = 2**20
 FOUR_BIT = 0.5 + 2.5 / 128  # 4-bit weight + a 16-bit scale and 4-bit zero per 128 weights
@@ -156,7 +157,7 @@ def stack(pool: dict, model: dict) -> dict:
 
 def rejection(spec: dict) -> SpecError:
     with pytest.raises(SpecError) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     return caught.value
 
 
@@ -311,7 +312,7 @@ def test_following_a_lower_precision_suggestion_gives_a_valid_spec(pool, model):
     change = suggestion.removeprefix("lower precision: ").split(" (")[0].split(" gives ")[0]
     applied = {key: value.strip("'") for key, value in (item.split(" ", 1) for item in change.split(", "))}
     assert applied  # e.g. {"quantization": "fp8"} or {"model": "<catalog checkpoint>", "kv_cache_dtype": "fp8"}
-    StackSpec.model_validate(stack(pool, {**model, **applied}))
+    validate(StackSpec.model_validate(stack(pool, {**model, **applied})))
 
 
 # ------------------------------------------------------------------------------------ "fits"

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.validation import validate
 
 
 def base() -> dict:
@@ -35,13 +36,13 @@ def base() -> dict:
 def rejection(spec: dict) -> SpecError:
     """The one error a bad spec produces, as the CLI reports it."""
     with pytest.raises((SpecError, ValidationError)) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     error = caught.value
     return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
 
 def test_valid_spec_fills_documented_defaults():
-    spec = StackSpec.model_validate(base())
+    spec = validate(StackSpec.model_validate(base())).written
     assert spec.cluster.kubernetes_version == "1.36"
     assert spec.node_pools[0].efa.enabled and spec.node_pools[0].nvme_cache.raid == "RAID0"
     assert [q.name for q in spec.queues.cluster_queues] == ["serving", "batch"]
@@ -102,8 +103,9 @@ REJECTIONS = {
         lambda s: s["node_pools"][2].update(efa=True),
         "node_pools[2].instance_types[0]", "g6.xlarge does not support EFA",
     ),
-    "efa pool mixing network cards": (
-        lambda s: s["node_pools"][0].update(instance_types=["p5e.48xlarge", "p5en.48xlarge"]),
+    "efa pool mixing network cards": (  # in a region that offers both types
+        lambda s: (s["node_pools"][0].update(instance_types=["p5e.48xlarge", "p5en.48xlarge"]),
+                   s.update(region="us-west-2")),
         "node_pools[0].instance_types", "p5e.48xlarge has 32, p5en.48xlarge has 16",
     ),
     "min above max": (
@@ -206,9 +208,10 @@ REJECTIONS = {
                    s["models"][0].update(model="meta-llama/Llama-3.1-70B-Instruct", tensor_parallel=4)),
         "models[0].pool", "may cache 40.0 GiB per node (80% of the 50 GiB root volume of a p5.48xlarge)",
     ),
-    "batch job on a service that spans nodes": (
+    "batch job on a service that spans nodes": (  # with the on-demand nodes its online replica needs
         lambda s: (s["models"][0].update(model="meta-llama/Llama-3.1-70B-Instruct", tensor_parallel=8,
                                          pipeline_parallel=2, max_model_len=16384),
+                   s["node_pools"][0]["capacity"].update(on_demand_base=2),
                    s.update(batch_jobs=[{"name": "b", "model_service": "llama", "pool": "h100",
                                          "input": "s3://in-bucket/in.jsonl", "output": "s3://out-bucket/out/"}])),
         "batch_jobs[0].model_service", "'llama' spans 2 nodes; a batch job runs on one node",
@@ -300,7 +303,7 @@ def test_a_quantization_the_checkpoint_satisfies_is_accepted(checkpoint, quantiz
     """vLLM 0.33 config/model.py `_verify_quantization`: a pre-quantized checkpoint runs as its config
     says (awq is accepted by AutoAWQConfig.override_quantization_method); a 16-bit one runs at 16 bits
     or, with fp8, quantized online (weight_utils.py `get_quant_config`)."""
-    StackSpec.model_validate(with_model(model=checkpoint, quantization=quantization))
+    validate(StackSpec.model_validate(with_model(model=checkpoint, quantization=quantization)))
 
 
 @pytest.mark.parametrize("quantization", ["awq", "gptq", "int4", "int8"])
@@ -324,8 +327,8 @@ def test_following_the_fix_of_a_refused_quantization_gives_a_valid_spec():
     for quantization in ("awq", "int4", "int8"):
         error = rejection(with_model(quantization=quantization))
         named = error.fix.split("such as '")[1].split("'")[0]
-        StackSpec.model_validate(with_model(model=named, quantization=quantization))
-    StackSpec.model_validate(with_model(quantization="fp8"))
+        validate(StackSpec.model_validate(with_model(model=named, quantization=quantization)))
+    validate(StackSpec.model_validate(with_model(quantization="fp8")))
 
 
 def test_a_method_without_a_catalog_checkpoint_says_how_to_name_one():
@@ -371,9 +374,9 @@ def test_an_unknown_model_states_its_checkpoint_format():
     architecture = {"params_billion": 8, "layers": 32, "hidden_size": 4096, "attention_heads": 32, "kv_heads": 8,
                     "head_dim": 128, "max_context": 32768}
     stored = {"quant_method": "awq", "weight_bits": 4, "weight_type": "int", "group_size": 128, "zero_points": True}
-    spec = StackSpec.model_validate(
+    spec = validate(StackSpec.model_validate(
         with_model(model="acme/llama-awq", architecture=architecture, checkpoint_format=stored, quantization="awq")
-    )
+    )).written
     assert spec.models[0].stored_format.quant_method == "awq"
     # Without the field the checkpoint is taken to be 16-bit, where awq cannot start.
     error = rejection(with_model(model="acme/llama-awq", architecture=architecture, quantization="awq"))
@@ -409,7 +412,7 @@ def test_a_cluster_block_without_mode_creates_a_cluster():
     """`mode` defaults to create, so a YAML `cluster:` block may leave it out; a wrong mode names the field."""
     spec = base()
     spec["cluster"] = {"kubernetes_version": "1.36", "endpoint_public_access": False}
-    assert StackSpec.model_validate(spec).cluster.mode == "create"
+    assert validate(StackSpec.model_validate(spec)).written.cluster.mode == "create"
     spec["cluster"] = {"mode": "creat"}
     error = rejection(spec)
     assert (error.path, error.problem) == ("cluster", "'creat' is not a known 'mode'")

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.spec import (
+    AutoscalingSpec, CreateCluster, NetworkSpec, NodePoolSpec, SpecError, StackSpec, TimeSlicing,
+    describe_validation_error,
+)
 from inferstack.spec.errors import PATTERN_SENTENCES
-from inferstack.spec.models import AutoscalingSpec, CreateCluster, NetworkSpec, NodePoolSpec, TimeSlicing
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from inferstack.cli import main
 from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.validation import validate
 
 
 def base() -> dict:
@@ -110,8 +111,8 @@ REFUSALS = {
         pool(1, instance_types=["p5e.48xlarge"], gpu_sharing={"mode": "mig", "layout": {"3g.71gb": 2}}),
         "node_pools[1].instance_types[0]", "p5e.48xlarge is not offered in us-east-1", "a region that offers",
     ),
-    "region with no GPU instances of the catalog": (
-        lambda s: s.update(region="af-south-1"),
+    "region with no GPU instances of the catalog": (  # one pool: each pool's types would be refused on its line
+        lambda s: s.update(region="af-south-1", node_pools=s["node_pools"][:1], models=s["models"][:1]),
         "node_pools[0].instance_types[0]", "p5.48xlarge is not offered in af-south-1 (EC2 offers it in ",
         "pick an instance type",
     ),
@@ -251,7 +252,7 @@ ACCEPTED = {
 
 def refusal(spec: dict) -> SpecError:
     with pytest.raises((SpecError, ValidationError)) as caught:
-        StackSpec.model_validate(spec)
+        validate(StackSpec.model_validate(spec))
     error = caught.value
     return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
@@ -267,7 +268,7 @@ def test_refusal_names_path_problem_and_fix(case):
 
 @pytest.mark.parametrize("case", list(ACCEPTED), ids=list(ACCEPTED))
 def test_the_nearest_valid_spec_is_accepted(case):
-    StackSpec.model_validate(changed(ACCEPTED[case]))
+    validate(StackSpec.model_validate(changed(ACCEPTED[case])))
 
 
 @pytest.mark.parametrize("case", list(REFUSALS), ids=list(REFUSALS))

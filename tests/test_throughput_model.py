@@ -18,7 +18,7 @@ from inferstack.planning.engine_step import (
 from inferstack.planning.load import Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.service_performance import engine_for, service_estimate
 from inferstack.planning.quantization import kernel_family
-from inferstack.spec.models import LatencySlo, ModelServiceSpec, NodePoolSpec, TrafficSpec
+from inferstack.spec import LatencySlo, ModelServiceSpec, NodePoolSpec, TrafficSpec
 from inferstack.spec.pools import PoolHardware
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"

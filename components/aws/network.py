@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pulumi
 from pulumi_aws import ec2
 
-from inferstack.spec import NetworkSpec, SpecError
+from inferstack.spec import CreateCluster, NetworkSpec, NodePoolSpec, SpecError, StackSpec
 
 MIN_SUBNET_PREFIX = 28  # AWS refuses subnets smaller than /28 (EC2 API Reference, CreateSubnet)
 SLOT_BITS = 3  # the VPC in eighths: one private eighth per zone letter, the last eighth holds the public subnets
@@ -26,6 +26,20 @@ NETWORK_PATH = "cluster.network"
 
 def default_zones(region: str) -> list[str]:
     return [f"{region}{letter}" for letter in "abc"]
+
+
+def cluster_zones(spec: StackSpec) -> list[str] | None:
+    """The zones a created cluster's subnets are in (None when subnets exist already: the AWS layer reads those)."""
+    cluster = spec.cluster
+    if not isinstance(cluster, CreateCluster) or cluster.network.existing_subnet_ids:
+        return None
+    return cluster.network.availability_zones or default_zones(spec.region)
+
+
+def pool_zones(spec: StackSpec, pool: NodePoolSpec) -> list[str] | None:
+    """A pool's zones, its first one first (the one an EFA or reserved pool uses); None when the subnets exist
+    already."""
+    return list(pool.availability_zones) or cluster_zones(spec)
 
 
 @dataclass(frozen=True)

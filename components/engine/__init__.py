@@ -14,10 +14,14 @@ from inferstack.engine.recorder import Recording, record
 
 if TYPE_CHECKING:  # the spec (pydantic) loads with the program, not with the engine
     from inferstack.spec import StackSpec
+    from inferstack.validation import ValidatedStack
 
 
-def run_stack(spec: StackSpec) -> Recording:
-    """Run the very program `pulumi up` runs for this spec and record every registration."""
+def run_stack(stack: StackSpec | ValidatedStack) -> Recording:
+    """Run the very program `pulumi up` runs for this validated stack (a spec is validated first) and record
+    every registration."""
     from inferstack.program import deploy
+    from inferstack.validation import as_validated
 
-    return record(lambda: deploy(spec), spec.environment, PlanMocks(spec.region))
+    validated = as_validated(stack)
+    return record(lambda: deploy(validated), validated.environment, PlanMocks(validated.stack.region))

@@ -17,7 +17,7 @@ from functools import cache
 from inferstack.catalog.measurements import MEASUREMENTS, Measurement
 from inferstack.planning.load import Engine, LoadPoint, Workload, at_concurrency, at_request_rate
 from inferstack.planning.service_performance import engine_for
-from inferstack.spec.models import ModelServiceSpec, NodePoolSpec
+from inferstack.spec import ModelServiceSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
 
 

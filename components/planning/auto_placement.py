@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from inferstack.catalog import on_demand_price
 from inferstack.planning.sizing import fit, parallelism_problem, stated_sequences, weights_bytes
 from inferstack.spec.errors import SpecError, quoted
-from inferstack.spec.models import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
+from inferstack.spec import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
 from inferstack.spec.pools import WHOLE_GPU, PoolHardware
 
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from inferstack.catalog import INSTANCE_TYPES, Gpu, instance_type, on_demand_price
 from inferstack.planning.sizing import Fit, kv_bytes_per_token, stated_sequences, weights_bytes
-from inferstack.spec.models import MigSharing, ModelServiceSpec, NoSharing
+from inferstack.spec import MigSharing, ModelServiceSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
 
 # Prices are compared in units of 1/10000 USD so that equal totals compare equal whatever the order

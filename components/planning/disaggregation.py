@@ -3,7 +3,7 @@ layouts under which the transfer fails or silently slows.
 
 A service with `disaggregation` decodes on its own replicas and gets a second set of engines, `<name>-prefill`, with
 the prefill role's parallelism, pool and scaling; everything that sizes, places, prices or renders engines sees
-both (check_stack expands them). Both sides run vLLM's NixlConnector (the pull variant: the decode engine reads
+both (validation expands them). Both sides run vLLM's NixlConnector (the pull variant: the decode engine reads
 the prefill engine's KV blocks, vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py) with NIXL's
 LIBFABRIC backend, which on AWS rides EFA (`kv_connector_extra_config.backends`, default ["UCX"];
 nixl/base_worker.py). The producer/consumer roles are explicit: kv_both is deprecated (connector.py).

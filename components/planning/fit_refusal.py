@@ -10,9 +10,8 @@ from __future__ import annotations
 from inferstack.catalog.models import checkpoints_of
 from inferstack.planning.quantization import describe, served_format, satisfies
 from inferstack.planning.sizing import GIB, Fit, device_memory_bytes, fit, parallelism_problem, weights_bytes
-from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing
+from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, catalog_stored_format
 from inferstack.spec.errors import SpecError
-from inferstack.spec.models import catalog_stored_format
 from inferstack.spec.pools import PoolHardware
 
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 
 from inferstack.conventions import MODEL_CACHE_MOUNT
-from inferstack.planning.sizing import DTYPE_BYTES, embedding_params
-from inferstack.spec import ModelServiceSpec
-from inferstack.spec.models import VLLM_LORA_RANKS
+from inferstack.planning.parameters import DTYPE_BYTES, embedding_params
+from inferstack.spec import VLLM_LORA_RANKS, ModelServiceSpec
 
 # Gateway API v1 HTTPRouteRule.matches maxItems: the model's name and its adapters' share one rule.
 MAX_ROUTE_MATCHES = 64

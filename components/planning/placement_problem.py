@@ -13,7 +13,7 @@ from inferstack.catalog import INSTANCE_TYPES
 from inferstack.planning.demand import PRICE_SCALE, Assignment, Demand, Placement, PlacementError, PoolOption, PoolUse
 from inferstack.planning.mig_packing import mig_layouts, mig_table
 from inferstack.planning.sizing import Fit, fit, parallelism_problem
-from inferstack.spec.models import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
+from inferstack.spec import MigSharing, ModelServiceSpec, NodePoolSpec, NoSharing
 from inferstack.spec.pools import PoolHardware
 
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from inferstack.catalog import Gpu
 from inferstack.catalog.models import base_model, checkpoints_of
-from inferstack.spec.models import CheckpointFormat, ModelServiceSpec, catalog_stored_format
+from inferstack.spec import CheckpointFormat, ModelServiceSpec, catalog_stored_format
 
 # What vLLM 0.33 holds on the GPU after `--quantization fp8_per_tensor` on a 16-bit checkpoint:
 # FP8 weights with one scale per tensor, activations quantized per token at run time.

@@ -130,8 +130,8 @@ def free_at_max(hardware: PoolHardware, groups: tuple[PodGroup, ...]) -> dict[st
 
 
 def rollout(spec: StackSpec, model: ModelServiceSpec) -> Rollout:
-    """Surge where a spare replica fits at max size, else one replica at a time (a gap when only one runs)."""
-    spec = spec.resolved()
+    """Surge where a spare replica fits at max size, else one replica at a time (a gap when only one runs);
+    `spec` is the stack as it deploys (validation's), so its engines and placements are decided."""
     hardware = PoolHardware(spec.pool(model.pool))
     groups = pool_workloads(spec, model.pool)
     own = service_pods(model, hardware)

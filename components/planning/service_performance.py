@@ -17,9 +17,7 @@ from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device,
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.quantization import kernel_family
 from inferstack.planning.sizing import expert_weights_bytes, experts_per_device, fit, scheduler_defaults
-from inferstack.spec.models import (
-    LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec,
-)
+from inferstack.spec import LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec
 from inferstack.spec.pools import PoolHardware
 
 SHARED_DEVICE = Assumption(

@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from inferstack.catalog.models import vocabulary_facts
+from inferstack.planning import lora, speculative
+from inferstack.planning.parameters import DTYPE_BYTES, embedding_params, vocabulary
 from inferstack.planning.quantization import served_format
 from inferstack.spec import CheckpointFormat, MigSharing, ModelServiceSpec, MpsSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware
@@ -30,7 +31,6 @@ from inferstack.spec.pools import PoolHardware
 GIB = 1024**3
 MIB = 1024**2
 
-DTYPE_BYTES = 2  # bfloat16 / float16 weights and activations
 # Group-wise formats (AWQ, GPTQ, W4A16) store a 16-bit scale per group of weights, and AWQ/GPTQ a
 # 4-bit zero point too: 4-bit weights in groups of 128 with zero points take 0.5 + 2.5/128 bytes.
 SCALE_BYTES = 2
@@ -125,29 +125,6 @@ class Fit:
 
 
 # ------------------------------------------------------------------------------------------- weights
-
-
-def vocabulary(model: ModelServiceSpec) -> tuple[int, bool] | None:
-    """(vocab_size, tied embeddings): the architecture's when it states them, else the catalog's; None if unknown."""
-    arch = model.resolved_architecture
-    if arch.vocab_size is not None:
-        return arch.vocab_size, arch.tied_embeddings
-    facts = vocabulary_facts(model.model)
-    return None if facts is None else (facts["vocab_size"], facts["tied_embeddings"])
-
-
-def embedding_params(model: ModelServiceSpec) -> int:
-    """Parameters of the token embedding and LM head, which quantized checkpoints keep in 16 bits.
-
-    0 when the vocabulary is unknown (a model given only by `architecture` without vocab_size): every
-    parameter is then counted at the quantized width.
-    """
-    known = vocabulary(model)
-    if known is None:
-        return 0
-    vocab_size, tied = known
-    matrices = 1 if tied or model.resolved_architecture.task == "embed" else 2
-    return vocab_size * model.resolved_architecture.hidden_size * matrices
 
 
 def bytes_per_param(stored: CheckpointFormat) -> float:
@@ -341,9 +318,6 @@ def stated_sequences(model: ModelServiceSpec) -> int:
 
 
 def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
-    # Imported here: both size their share with this module's byte facts.
-    from inferstack.planning import lora, speculative
-
     return Fit(
         devices=model.gpus_per_replica,
         device_memory_bytes=device_memory_bytes(model, hardware),
@@ -367,8 +341,6 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
 def prefetched_bytes(model: ModelServiceSpec) -> int:
     """What a serving pod copies into the node's cache: the checkpoint (unless vLLM streams it from S3), each LoRA
     adapter (planning/lora.adapter_file_bytes) and a speculative draft's 16-bit weights."""
-    from inferstack.planning import lora, speculative  # both size with this module's byte facts
-
     stored = checkpoint_bytes(model) if model.weight_loader == "local" else 0
     stored += sum(lora.adapter_file_bytes(model, adapter.rank) for adapter in model.lora_adapters)
     spec = model.speculative

@@ -19,8 +19,7 @@ import math
 
 from inferstack.catalog.models import model_facts
 from inferstack.conventions import MODEL_CACHE_MOUNT
-from inferstack.spec import ModelArchitecture, ModelServiceSpec
-from inferstack.spec.models import SpeculativeSpec
+from inferstack.spec import ModelArchitecture, ModelServiceSpec, SpeculativeSpec
 
 DRAFT_BYTES_PER_PARAM = 2  # draft models and EAGLE heads ship in 16 bits
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})

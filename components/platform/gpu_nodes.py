@@ -45,7 +45,7 @@ def gpu_tolerations(pools: Iterable[NodePoolSpec]) -> list[dict[str, str]]:
 
 
 def mig_strategy(spec: StackSpec) -> str:
-    """The cluster-wide MIG strategy: the MIG pools' (the spec checks they agree), 'none' without MIG pools."""
+    """The cluster-wide MIG strategy: the MIG pools' (validation checks they agree: platform/refusals.py), 'none' without MIG pools."""
     strategies = {p.gpu_sharing.strategy for p in spec.node_pools if isinstance(p.gpu_sharing, MigSharing)}
     if len(strategies) > 1:
         raise ValueError(f"MIG pools disagree on the strategy: {sorted(strategies)}")

@@ -24,8 +24,7 @@ from inferstack.aws.node_pool import (
 from inferstack.catalog.karpenter import FACTS
 from inferstack.conventions import KARPENTER_CAPACITY_LABEL
 from inferstack.planning.node_groups import NodeGroupPlan, plan_node_groups
-from inferstack.spec import NodePoolSpec
-from inferstack.spec.models import MaintenanceWindowSpec
+from inferstack.spec import MaintenanceWindowSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
 
 AMI_ALIASES: Mapping[str, Mapping[str, str]] = FACTS["ami_aliases"]

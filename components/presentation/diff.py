@@ -68,21 +68,23 @@ def stack_file_at(stacks_dir: Path, stack: str, revision: str, into: Path) -> Pa
     )
 
 
-def run_spec(spec) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(resources, plan) of a spec run on the embedded engine, as `inferstack render` writes them."""
+def run_spec(validated) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(resources, plan) of a validated stack run on the embedded engine, as `inferstack render` writes them."""
     from inferstack.engine import run_stack
     from inferstack.presentation.summary import build_plan
+    from inferstack.validation import as_validated
 
-    recording = run_stack(spec)
-    return [r.as_dict() for r in recording.resources], build_plan(spec, recording)
+    validated = as_validated(validated)
+    recording = run_stack(validated)
+    return [r.as_dict() for r in recording.resources], build_plan(validated, recording)
 
 
 def stack_at_revision(stacks_dir: Path, stack: str, revision: str):
-    """The stack's spec as its file stood at `revision`, loaded with today's code."""
-    from inferstack.stacks import load_stack
+    """The stack as its file stood at `revision`, loaded and validated with today's code."""
+    from inferstack.stacks import load_validated
 
     with tempfile.TemporaryDirectory(prefix="inferstack-diff-") as folder:
-        return load_stack(stack_file_at(stacks_dir, stack, revision, Path(folder)), stack)
+        return load_validated(stack_file_at(stacks_dir, stack, revision, Path(folder)), stack)
 
 
 # ------------------------------------------------------------------------------------- comparing

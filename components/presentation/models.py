@@ -17,8 +17,9 @@ import yaml
 from inferstack.catalog import INSTANCE_TYPES, InstanceType
 from inferstack.catalog import models as model_catalog
 from inferstack.planning.sizing import GIB, fit, parallelism_problem
-from inferstack.spec import CheckpointFormat, ModelArchitecture, ModelServiceSpec, NodePoolSpec
-from inferstack.spec.models import SIXTEEN_BIT, catalog_stored_format
+from inferstack.spec import (
+    SIXTEEN_BIT, CheckpointFormat, ModelArchitecture, ModelServiceSpec, NodePoolSpec, catalog_stored_format,
+)
 from inferstack.spec.pools import PoolHardware
 
 # The context every model is also sized at: a common serving length, and the spec's max_model_len default.

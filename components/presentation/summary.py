@@ -20,6 +20,7 @@ from inferstack.serving import names
 from inferstack.serving.transport import transport
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
+from inferstack.validation import ValidatedStack, as_validated
 
 
 def layers(recording: Recording) -> dict[str, dict[str, int]]:
@@ -95,7 +96,7 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
 def gpu_slots(hardware: PoolHardware) -> dict[str, Any]:
     """What one GPU of the pool is split into for pods: MIG slices (width in compute slices), time-sliced or
     MPS shares, or the whole GPU; `gpu_width` is the GPU's full width in the same units."""
-    from inferstack.spec.models import MigSharing
+    from inferstack.spec import MigSharing
 
     sharing, gpu = hardware.spec.gpu_sharing, hardware.gpu
     if isinstance(sharing, MigSharing):
@@ -121,7 +122,8 @@ def weights_format(model, hardware: PoolHardware) -> dict[str, Any]:
     }
 
 
-def placements(spec: StackSpec) -> list[dict[str, Any]]:
+def placements(spec: StackSpec, auto_placed: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One row per engine of the stack as it deploys; `auto_placed` names the services auto placement placed."""
     rows = []
     for model in spec.models:
         hardware = PoolHardware(spec.pool(model.pool))
@@ -135,7 +137,7 @@ def placements(spec: StackSpec) -> list[dict[str, Any]]:
                 "model": model.name,
                 "role": model.pd_role,
                 "pool": model.pool,
-                "auto_placed": model.name in spec.auto_placed,
+                "auto_placed": model.name in auto_placed,
                 "device": model.mig_profile or hardware.gpu.name,
                 "devices_per_replica": result.devices,
                 "layout": parallel_layout(model),
@@ -368,7 +370,9 @@ def start_parts(parts: tuple[tuple[str, str, float], ...]) -> list[dict[str, Any
     return [{"part": key, "phase": phase, "seconds": round(seconds, 1)} for phase, key, seconds in parts]
 
 
-def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
+def time_to_serving(
+    spec: StackSpec, recording: Recording, pools: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
     """From an empty account to each model's first ready replica: the program's longest chain of waits and
     its lower bound without needless ones (dependency_rule.DependencyRule), plus the waits a pod has in the
     cluster (its pool's nodes, the GPU operator, the EFA plugin, a scale-up, KEDA, its S3 credentials)."""
@@ -402,9 +406,8 @@ def time_to_serving(spec: StackSpec, recording: Recording) -> dict[str, Any]:
             readers.append(r["name"])
 
     # Models whose first replica lands on a node beyond min scale (in pack's packing): it waits for a scale-up.
-    rows = {"placements": placements(spec)}
     scaled = {
-        cell.model for pool in node_pools(spec) for node in pack(rows, pool) if node.scaled
+        cell.model for pool in pools for node in pack({"placements": rows}, pool) if node.scaled
         for gpu in node.gpus for cell in gpu if cell.model and cell.replica == 1
     }
     targets, runtime, replicas = {}, [], {}
@@ -501,10 +504,11 @@ def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]
     return [r.as_dict() for r in run_policies(resources, spec.environment, spec_policy_config(spec))]
 
 
-def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
-    spec = spec.resolved()   # the placements the program deployed, `auto` ones decided
+def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[str, Any]:
+    validated = as_validated(stack)
+    spec = validated.stack   # the placements the program deployed, `auto` ones decided
     pools = node_pools(spec)
-    rows = placements(spec)
+    rows = placements(spec, validated.auto_placed)
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
     return {
         "stack": spec.environment,
@@ -533,7 +537,7 @@ def build_plan(spec: StackSpec, recording: Recording) -> dict[str, Any]:
         "rollouts": rollouts(spec),
         "interruption": interruption_plan(spec),
         "node_health": node_health_plan(spec),
-        "time_to_serving": time_to_serving(spec, recording),
+        "time_to_serving": time_to_serving(spec, recording, pools, rows),
         "outputs": sorted(recording.outputs),
         "policies": policy_results(spec, recording),
     }

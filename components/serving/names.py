@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, MODEL_READER_SERVICE_ACCOUNT
 from inferstack.spec.errors import SpecError
-from inferstack.spec.models import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
+from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
 
 REDIS = "redis"                               # the job queue's Deployment and Service (batch namespace)
 SERVING_DASHBOARD = "inferstack-serving-dashboard"

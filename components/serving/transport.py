@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_IMAGE, EfaStack, vllm_image
-from inferstack.spec.models import ModelServiceSpec
+from inferstack.spec import ModelServiceSpec
 from inferstack.spec.pools import PoolHardware
 
 TransportKind = Literal["in-node", "efa", "tcp"]
@@ -57,7 +57,7 @@ def image_carries_efa(model: ModelServiceSpec, hardware: PoolHardware) -> bool:
 
 def transport(model: ModelServiceSpec, hardware: PoolHardware) -> Transport:
     """What one replica's GPUs talk over. An EFA pool with an image lacking the stack is refused at spec
-    time (`inferstack.spec.checks`), so "efa" here means NCCL really goes through the plugin."""
+    time (`serving/refusals.py`), so "efa" here means NCCL really goes through the plugin."""
     image = serving_image(model, hardware)
     known = vllm_image(image)
     efa = known.efa if known is not None else None

@@ -5,72 +5,82 @@ the functions, so loading the spec loads neither Pulumi nor the planning modules
 """
 
 from inferstack.spec.errors import SpecError, describe_validation_error
-from inferstack.spec.models import (
-    AutoscalingSpec,
-    BatchJobSpec,
-    BudgetSpec,
-    CapacitySpec,
-    CheckpointFormat,
-    ClusterQueueSpec,
-    CreateCluster,
-    EfaSpec,
-    ExistingCluster,
-    GatewaySpec,
-    MigSharing,
-    ModelArchitecture,
-    ModelServiceSpec,
-    MpsSharing,
-    NetworkSpec,
-    NodePoolSpec,
-    NoSharing,
-    NvmeCacheSpec,
-    ObservabilitySpec,
-    PlatformSpec,
-    PriorityClassSpec,
-    QueuesSpec,
-    QueueWorkerSpec,
-    Reservation,
-    StackSpec,
-    SystemNodesSpec,
-    Taint,
-    TimeSlicing,
-    LatencySlo,
-    TrafficSpec,
-    WeightsStoreSpec,
+from inferstack.spec.architecture import SIXTEEN_BIT, CheckpointFormat, ModelArchitecture, catalog_stored_format
+from inferstack.spec.autoscaling import AutoscalingSpec
+from inferstack.spec.base import AUTO, DNS_LABEL, NAME_MAX_LENGTH, Model, Name, PinnedImage, S3Uri
+from inferstack.spec.cluster import (
+    ClusterSpec, CreateCluster, ExistingCluster, NetworkSpec, SystemNodesSpec, ZoneSubnetCidrs,
 )
+from inferstack.spec.model_services import (
+    VLLM_ALL2ALL_BACKEND, All2AllBackend, LatencySlo, ModelServiceSpec, TrafficSpec,
+)
+from inferstack.spec.node_pools import (
+    CapacitySpec, EfaSpec, GpuSharing, MigSharing, MpsSharing, NodePoolSpec, NoSharing, NvmeCacheSpec, Reservation,
+    Taint, TimeSlicing,
+)
+from inferstack.spec.platform import (
+    BudgetSpec, GatewaySpec, MaintenanceWindowSpec, ObservabilitySpec, PlatformSpec, WeightsStoreSpec,
+)
+from inferstack.spec.queues import ClusterQueueSpec, PriorityClassSpec, QueuesSpec
+from inferstack.spec.serving_features import (
+    VLLM_LORA_RANKS, DisaggregationSpec, KvOffloadSpec, LoraAdapterSpec, PrefillSpec, SpeculativeSpec,
+)
+from inferstack.spec.stack import StackSpec
+from inferstack.spec.workloads import BatchJobSpec, QueueWorkerSpec
 
 __all__ = [
+    "All2AllBackend",
+    "AUTO",
     "AutoscalingSpec",
     "BatchJobSpec",
     "BudgetSpec",
     "CapacitySpec",
+    "catalog_stored_format",
     "CheckpointFormat",
     "ClusterQueueSpec",
+    "ClusterSpec",
     "CreateCluster",
+    "describe_validation_error",
+    "DisaggregationSpec",
+    "DNS_LABEL",
     "EfaSpec",
     "ExistingCluster",
     "GatewaySpec",
+    "GpuSharing",
+    "KvOffloadSpec",
+    "LatencySlo",
+    "LoraAdapterSpec",
+    "MaintenanceWindowSpec",
     "MigSharing",
+    "Model",
     "ModelArchitecture",
     "ModelServiceSpec",
     "MpsSharing",
+    "Name",
+    "NAME_MAX_LENGTH",
     "NetworkSpec",
     "NodePoolSpec",
     "NoSharing",
     "NvmeCacheSpec",
     "ObservabilitySpec",
+    "PinnedImage",
     "PlatformSpec",
+    "PrefillSpec",
     "PriorityClassSpec",
     "QueuesSpec",
     "QueueWorkerSpec",
     "Reservation",
+    "S3Uri",
+    "SIXTEEN_BIT",
     "SpecError",
+    "SpeculativeSpec",
     "StackSpec",
     "SystemNodesSpec",
     "Taint",
     "TimeSlicing",
-    "LatencySlo",
     "TrafficSpec",
+    "VLLM_ALL2ALL_BACKEND",
+    "VLLM_LORA_RANKS",
     "WeightsStoreSpec",
-    "describe_validation_error",
+    "ZoneSubnetCidrs",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 from inferstack.spec.errors import SpecError
-from inferstack.spec.models import CreateCluster
+from inferstack.spec.cluster import CreateCluster
 
 PATH = "cluster"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field as dc_field
 
 from pydantic import BaseModel, Tag, ValidationError
@@ -25,6 +25,56 @@ class SpecError(Exception):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{path}: {problem}. To fix: {fix}")
+
+    @property
+    def refusals(self) -> tuple[SpecError, ...]:
+        """Each refusal this error reports, one per line of its message."""
+        return (self,)
+
+    def relocated(self, path_of: Callable[[str], str]) -> SpecError:
+        """The same refusal with its path rewritten (e.g. prefixed with the stack file that holds the field)."""
+        return SpecError(path_of(self.path), self.problem, self.fix)
+
+
+class SpecErrors(SpecError):
+    """Several independent refusals of one stack, found in one validation run, in the order the checks ran.
+
+    It reads as its first refusal (path, problem, fix) where one is expected; its message has one line each.
+    """
+
+    def __init__(self, refusals: Sequence[SpecError], hidden: int = 0) -> None:
+        self._refusals = tuple(refusals)
+        self.hidden = max(hidden, 0)  # found beyond the ones reported
+        first = self._refusals[0]
+        self.path, self.problem, self.fix = first.path, first.problem, first.fix
+        lines = [str(refusal) for refusal in self._refusals]
+        if self.hidden:
+            lines.append(f"{self.hidden} more problem{'s' if self.hidden > 1 else ''} not shown. To fix: mend these "
+                         "and run again")
+        Exception.__init__(self, "\n".join(lines))
+
+    @property
+    def refusals(self) -> tuple[SpecError, ...]:
+        return self._refusals
+
+    def relocated(self, path_of: Callable[[str], str]) -> SpecError:
+        return SpecErrors([refusal.relocated(path_of) for refusal in self._refusals], self.hidden)
+
+
+def refused(refusals: Sequence[SpecError], hidden: int = 0) -> SpecError:
+    """One refusal as itself, several as one SpecErrors."""
+    return refusals[0] if len(refusals) == 1 and hidden <= 0 else SpecErrors(refusals, hidden)
+
+
+def refusals_of(*checks: Callable[[], object]) -> list[SpecError]:
+    """Run independent checks, each raising SpecError at its first problem: every refusal they raise, in order."""
+    found: list[SpecError] = []
+    for check in checks:
+        try:
+            check()
+        except SpecError as error:
+            found.extend(error.refusals)
+    return found
 
 
 def format_path(loc: Sequence[str | int]) -> str:

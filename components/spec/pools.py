@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from inferstack.catalog import Gpu, InstanceType, instance_type
-from inferstack.spec.models import MigSharing, MpsSharing, NodePoolSpec, TimeSlicing
+from inferstack.spec.node_pools import MigSharing, MpsSharing, NodePoolSpec, TimeSlicing
 
 WHOLE_GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"

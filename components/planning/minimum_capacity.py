@@ -1,55 +1,44 @@
 """Capacity at minimum scale: what the node groups run before any autoscaler acts must hold what has to run.
 
-Two rules, both knowable from the spec alone:
+Its rules, each knowable from the spec alone:
 - An online service's minimum replicas run on nodes that are never reclaimed: the pool's on-demand (or
   reserved) node groups at their minimum size. A spot reclaim takes every spot node of a type at once, so
   minimum replicas on spot can all vanish together (the `serving-on-demand-baseline` policy checks the same
   on the rendered node groups).
 - With no node autoscaler a managed node group stays at its desired size, which inferstack sets to its
   minimum: a pool at zero nodes never gets one, and whatever it is meant to run stays pending.
-- Karpenter keeps no idle node (a NodePool launches nodes for pending pods, up to its limit), so a pool's
-  min_nodes would never hold, and an online service's minimum replicas must fit the pool's on-demand and
-  reserved NodePools' node limits (shared/reference/karpenter.md sections 4.1 and 5).
-The spec keeps the rules; the counts are planning's (`planning.node_groups`, `planning.pool_capacity`), the
-same the AWS layer sizes its node groups with and the plan reports.
+- Karpenter keeps no idle node (a NodePool launches nodes for pending pods, up to its limit), so an online
+  service's minimum replicas must fit the pool's on-demand and reserved NodePools' node limits
+  (shared/reference/karpenter.md sections 4.1 and 5; platform/refusals.py refuses min_nodes under Karpenter).
+The counts are planning's (`planning.node_groups`, `planning.pool_capacity`), the same the AWS layer sizes its
+node groups with and the plan reports.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
+from inferstack.planning.node_groups import nodes_at_min, on_demand_node_limit, on_demand_nodes_at_min
+from inferstack.planning.pool_capacity import nodes_for_replicas
+from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.errors import SpecError
-from inferstack.spec.models import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 
 
-def check_minimum_capacity(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
-    if spec.platform.node_autoscaler == "none":
-        _check_pools_start_nodes(spec, pools)
-    if spec.platform.karpenter:
-        _check_no_idle_nodes(spec)
-    _check_online_baseline(spec, models, pools)
+def minimum_capacity_refusals(
+    spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]
+) -> list[SpecError]:
+    """Each pool whose nodes at minimum scale cannot hold what must run there, once."""
+    found = list(_pools_without_start_nodes(spec)) if spec.platform.node_autoscaler == "none" else []
+    return found + list(_online_baseline_refusals(spec, models, pools))
 
 
-def _check_no_idle_nodes(spec: StackSpec) -> None:
-    for index, pool in enumerate(spec.node_pools):
-        if pool.min_nodes > 0:
-            raise SpecError(
-                f"node_pools[{index}].min_nodes",
-                f"{pool.min_nodes} with platform.node_autoscaler 'karpenter': Karpenter launches nodes for pending "
-                "pods and removes empty ones, so no minimum of idle nodes is kept",
-                "set min_nodes to 0: the services' autoscaling.min_replicas keep their nodes running, and "
-                "capacity.on_demand_base says how many of them are on-demand",
-            )
-
-
-def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) -> None:
+def _pools_without_start_nodes(spec: StackSpec) -> Iterator[SpecError]:
     """Without a node autoscaler nothing ever adds a node to a pool, so each must start with its nodes."""
-    from inferstack.planning.node_groups import nodes_at_min  # planning reads the spec package
-
     for index, pool in enumerate(spec.node_pools):
         if nodes_at_min(pool) == 0:
-            raise SpecError(
+            yield SpecError(
                 f"node_pools[{index}].min_nodes",
                 f"0 with platform.node_autoscaler 'none': nothing adds nodes to pool {pool.name!r}, so every pod "
                 "meant for it would stay pending",
@@ -58,11 +47,10 @@ def _check_pools_start_nodes(spec: StackSpec, pools: dict[str, PoolHardware]) ->
             )
 
 
-def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]) -> None:
+def _online_baseline_refusals(
+    spec: StackSpec, models: tuple[ModelServiceSpec, ...], pools: dict[str, PoolHardware]
+) -> Iterator[SpecError]:
     """Each pool's on-demand nodes at minimum hold the minimum replicas of every online service on it."""
-    from inferstack.planning.node_groups import on_demand_node_limit, on_demand_nodes_at_min  # planning reads the spec
-    from inferstack.planning.pool_capacity import nodes_for_replicas
-
     karpenter = spec.platform.karpenter
 
     online: dict[str, list[tuple[ModelServiceSpec, int]]] = defaultdict(list)
@@ -88,7 +76,7 @@ def _check_online_baseline(spec: StackSpec, models: tuple[ModelServiceSpec, ...]
         )
         keeps = "may launch" if karpenter else "keeps"
         scale = "in its on-demand NodePools" if karpenter else "at minimum scale"
-        raise SpecError(
+        yield SpecError(
             f"node_pools[{index}].{field}",
             f"pool {pool.name!r} {keeps} {held} on-demand node{'s' if held != 1 else ''} {scale}, but the "
             f"minimum replicas of its online services {listed} need {needed} node{'s' if needed != 1 else ''} of {hardware.primary.name}: "

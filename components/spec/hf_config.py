@@ -33,8 +33,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from inferstack.spec import CheckpointFormat, ModelArchitecture, SpecError
-from inferstack.spec.errors import describe_validation_error
+from inferstack.spec.architecture import CheckpointFormat, ModelArchitecture
+from inferstack.spec.errors import SpecError, describe_validation_error
 
 CONFIG_FILE = "config.json"
 

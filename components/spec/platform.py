@@ -1,0 +1,97 @@
+"""The platform around the services: the inference gateway, the weights bucket, add-ons, observability, budget."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from inferstack.spec.base import Model, Name
+
+class GatewaySpec(Model):
+    """One OpenAI-style endpoint for every model: Gateway API + Inference Extension."""
+
+    enabled: bool = Field(True, description="Create the inference gateway. Defaults to true.")
+    implementation: Literal["istio", "agentgateway"] = Field(
+        "istio",
+        description="Gateway implementation (with its GatewayClass) that routes to InferencePools. Defaults to istio.",
+    )
+    name: Name = Field("inference-gateway", description="Gateway name. Defaults to 'inference-gateway'.")
+    port: int = Field(80, ge=1, le=65535, description="HTTP listener port. Defaults to 80.")
+    body_based_routing: bool = Field(
+        True, description="Route by the request body's `model` field. Defaults to true."
+    )
+    prefix_cache_routing: bool = Field(
+        True, description="Endpoint picker scores pods by prefix-cache affinity. Defaults to true."
+    )
+    request_timeout_seconds: int = Field(300, ge=1, description="Route request timeout. Defaults to 300.")
+
+
+class WeightsStoreSpec(Model):
+    """Where model weights live in S3."""
+
+    existing_bucket: str | None = Field(
+        None,
+        description="Use this bucket instead of creating one. Defaults to none: an encrypted, versioned, private bucket is created.",
+    )
+
+
+class MaintenanceWindowSpec(Model):
+    """A daily UTC window for replacing serving nodes that drifted (a new AMI pin or Kubernetes version)."""
+
+    start_hour_utc: int = Field(2, ge=0, le=23, description="Hour (UTC) the window opens. Defaults to 2.")
+    hours: int = Field(4, ge=1, le=23, description="Length of the window in hours. Defaults to 4.")
+
+
+class PlatformSpec(Model):
+    """Cluster add-ons beyond the GPU operator."""
+
+    node_autoscaler: Literal["cluster-autoscaler", "karpenter", "none"] = Field(
+        "cluster-autoscaler",
+        description="What adds GPU nodes for pending pods: cluster-autoscaler (EKS managed node groups per pool and "
+        "capacity type), karpenter (a Karpenter NodePool per pool and capacity type, nodes launched by Karpenter), "
+        "or none (fixed node groups). Defaults to cluster-autoscaler.",
+    )
+    maintenance_window: MaintenanceWindowSpec = Field(
+        default_factory=MaintenanceWindowSpec,
+        description="Under Karpenter, when serving nodes may be replaced for drift, one at a time. Defaults to "
+        "02:00-06:00 UTC.",
+    )
+    node_monitoring_agent: bool = Field(
+        True,
+        description="Install the EKS node monitoring agent add-on on a created cluster: it sets the node conditions "
+        "auto repair acts on (AcceleratedHardwareReady from DCGM on GPU nodes, except MIG pools'). Defaults to true.",
+    )
+    keda: bool = Field(True, description="Install KEDA for model and worker autoscaling. Defaults to true.")
+    leaderworkerset: bool = Field(True, description="Install LeaderWorkerSet for multi-node models. Defaults to true.")
+
+    @property
+    def karpenter(self) -> bool:
+        """Karpenter launches the GPU nodes (no GPU managed node groups)."""
+        return self.node_autoscaler == "karpenter"
+
+
+class ObservabilitySpec(Model):
+    """Metrics, dashboards and alerts."""
+
+    prometheus_url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="Use an existing Prometheus at this URL. Defaults to none: kube-prometheus-stack is installed.",
+    )
+    dashboards: bool = Field(True, description="Grafana dashboard for TTFT, TPOT, KV cache, queue, GPU use. Defaults to true.")
+    alerts: bool = Field(True, description="Alert rules for KV cache near full and idle GPUs. Defaults to true.")
+    kv_cache_alert_threshold: float = Field(0.9, gt=0, le=1, description="KV-cache use that alerts. Defaults to 0.9.")
+    gpu_idle_alert_minutes: int = Field(30, ge=1, description="Minutes of idle GPU before alerting. Defaults to 30.")
+    scrape_interval_seconds: int = Field(15, ge=1, description="Scrape interval for serving metrics. Defaults to 15.")
+
+
+class BudgetSpec(Model):
+    """Cost guardrails checked by `plan` and the policy pack."""
+
+    max_usd_per_hour: float | None = Field(
+        None, gt=0, description="Ceiling for the stack's cost at max scale. Defaults to none (not enforced)."
+    )
+    spot_discount: float = Field(
+        0.6, ge=0, lt=1, description="Assumed spot discount off on-demand, for estimates. Defaults to 0.6 (60% off)."
+    )
