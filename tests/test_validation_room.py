@@ -49,7 +49,7 @@ def test_validate_hands_on_the_stack_as_it_deploys():
     assert prefill and set(deployed) == set(written) | set(prefill)
     assert set(validated.pools) == {p.name for p in validated.stack.node_pools}
     for model in validated.stack.models:
-        assert validated.hardware(model).spec.name == model.pool
+        assert validated.pools[model.pool].spec.name == model.pool
 
 
 def test_an_auto_placed_service_is_named_once_decided():

@@ -1,7 +1,8 @@
-"""The typed stack spec: models, cross-field checks and error messages.
+"""The typed stack spec, the bottom floor: its types (one module per concept), the cross-field rules that need
+nothing but the spec and the catalog (checks.py, pool_checks.py, service_checks.py), and error messages.
 
-It imports the catalog; its checks call `inferstack.planning` (and the layers' own naming rules) lazily, inside
-the functions, so loading the spec loads neither Pulumi nor the planning modules.
+It imports the catalog and nothing above it: the layers' own rules live beside the layers, and
+`inferstack.validation` runs them all, so loading the spec loads neither Pulumi nor planning.
 """
 
 from inferstack.spec.errors import SpecError, describe_validation_error

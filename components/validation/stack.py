@@ -42,10 +42,6 @@ class ValidatedStack:
     def environment(self) -> str:
         return self.stack.environment
 
-    def hardware(self, model: ModelServiceSpec) -> PoolHardware:
-        """The hardware of the pool an engine runs on."""
-        return self.pools[model.pool]
-
 
 def validate(spec: StackSpec) -> ValidatedStack:
     """The stack as it deploys; raises SpecError with every independent refusal found (up to MAX_REFUSALS)."""
