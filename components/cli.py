@@ -170,7 +170,7 @@ def _stacks_dir(given: Path | None, stack: str) -> Path:
 
 def _run(args: argparse.Namespace) -> tuple[dict[str, Any], Any, float, Any]:
     """The plan, the recording, the engine's seconds (kept out of the plan, so a render is the same every time)
-    and the spec (its workers and batch jobs are printed beside the plan, not part of plan.json)."""
+    and the validated stack (its workers and batch jobs are printed beside the plan, not part of plan.json)."""
     from inferstack.engine import run_stack
     from inferstack.presentation.summary import build_plan
     from inferstack.stacks import errors_named_by, load_validated, stack_file
@@ -274,7 +274,7 @@ def _plan_or_render(args: argparse.Namespace) -> int:
     from inferstack.stacks import StackNotFound
 
     try:
-        plan, recording, engine_seconds, spec = _run(args)
+        plan, recording, engine_seconds, validated = _run(args)
     except (SpecError, StackNotFound) as error:
         _print_refusal(error)
         return EXIT_BAD_INPUT
@@ -305,7 +305,7 @@ def _plan_or_render(args: argparse.Namespace) -> int:
             print(f"inferstack: cannot write {args.html}: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
         print(f"wrote {args.html}", file=sys.stderr)
-    _print_plan(args, plan, engine_seconds, spec)
+    _print_plan(args, plan, engine_seconds, validated.stack)
     if violations:
         print(f"inferstack: {violations} mandatory policy violation(s) (listed under Policies): `pulumi up` would "
               "stop, so the plan exits 1 as `inferstack check` does", file=sys.stderr)

@@ -32,8 +32,8 @@ def runs() -> dict[str, tuple[dict, dict]]:
     """(plan, workers and batch jobs) of every example stack, as `inferstack plan` computes them."""
     found = {}
     for name in STACKS:
-        plan, _, _, spec = cli._run(argparse.Namespace(stack=name, stacks_dir=None))
-        found[name] = (plan, work_beside_models(spec))
+        plan, _, _, validated = cli._run(argparse.Namespace(stack=name, stacks_dir=None))
+        found[name] = (plan, work_beside_models(validated.stack))
     return found
 
 

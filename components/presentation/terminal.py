@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich import box
 from rich.console import Console
@@ -19,6 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from inferstack.catalog import prices_source
+
+if TYPE_CHECKING:
+    from inferstack.spec import StackSpec
 
 
 class PlanConsole(Console):
@@ -330,12 +333,10 @@ def _fits(row: dict[str, Any]) -> str:
     return f"[yellow]{row['max_concurrency_at_full_length']} of {row['sequences_stated']}[/yellow]"
 
 
-def work_beside_models(spec: Any) -> dict[str, list[dict[str, Any]]]:
+def work_beside_models(spec: StackSpec) -> dict[str, list[dict[str, Any]]]:
     """The spec's queue workers and batch jobs as the text plan names them: each one's name, the model service
     it calls and, for a batch job, its pool and when it runs. They are not part of the plan dict (plan.json
-    keeps its shape), so the CLI hands them to print_plan beside it. `spec`: a StackSpec, or a validated stack
-    holding one (`.stack`)."""
-    spec = getattr(spec, "stack", spec)
+    keeps its shape), so the CLI hands them to print_plan beside it."""
     return {
         "workers": [
             {
