@@ -12,6 +12,7 @@ SHARING_LABEL = f"{LABEL_PREFIX}/gpu-sharing"         # node label: none | mig |
 TIER_LABEL = f"{LABEL_PREFIX}/tier"                   # workload label: online | standard | batch (policies read it)
 # Pod annotation: the spec states the (uncatalogued) vLLM image carries libfabric + aws-ofi-nccl (policies read it).
 IMAGE_PROVIDES_EFA_ANNOTATION = f"{LABEL_PREFIX}/image-provides-efa"
+MODEL_ANNOTATION = f"{LABEL_PREFIX}/model"  # the Hugging Face id a vLLM pod serves, for the policy pack
 EKS_CAPACITY_LABEL = "eks.amazonaws.com/capacityType"  # set by EKS: ON_DEMAND | SPOT | CAPACITY_BLOCK
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"             # selects the mig-parted config for a node
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # selects the device-plugin sharing config

@@ -21,6 +21,8 @@ from pulumi_policy import (
 )
 
 from inferstack.catalog import GPUS
+from inferstack.catalog.vllm_recipes import fp8_kv_left_out
+from inferstack.conventions import MODEL_ANNOTATION
 from inferstack.policies.pools import candidates, node_groups, workloads
 from inferstack.policies.props import dig, mapping, text
 from inferstack.policies.workloads import (
@@ -219,6 +221,9 @@ def _fp8_kv_cache(args: StackValidationArgs, report: ReportViolation) -> None:
                 continue
             eligible = candidates(groups, template)
             hopper = [g for g in eligible if _hopper_or_newer(g.instance.gpu.name if g.instance else None)]
+            # vLLM's own recipe for some models keeps a 16-bit KV cache on some generations (gpt-oss on Hopper).
+            model = template.annotations.get(MODEL_ANNOTATION, "")
+            hopper = [g for g in hopper if fp8_kv_left_out(model, g.instance.gpu.compute_capability) is None]
             dtype = flag_value(command_tokens(container), "--kv-cache-dtype") or "auto"
             if hopper and not dtype.startswith("fp8"):
                 report(

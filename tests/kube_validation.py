@@ -195,6 +195,10 @@ def crd_schema(group: str, version: str, kind: str) -> dict[str, Any]:
     # ObjectMeta is checked on its own (see _metadata_problems); a CRD may only narrow it, never list all its keys.
     if "metadata" in raw.get("properties", {}):
         schema["properties"]["metadata"] = _prepare(raw["properties"]["metadata"], structural=False)
+    # apiVersion, kind and metadata exist at the root of every custom resource whether the schema lists them or not
+    # (Kubernetes docs, "Specifying a structural schema": they are implicitly specified); Istio's CRDs list neither.
+    implicit = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}}
+    schema["properties"] = {**implicit, **schema.get("properties", {})}
     return schema
 
 

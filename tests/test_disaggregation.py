@@ -71,8 +71,11 @@ def test_both_roles_run_nixl_over_libfabric_with_explicit_roles(rendered):
     for name, role, port in ((SERVICE, "kv_consumer", "8200"), (f"{SERVICE}-prefill", "kv_producer", "8000")):
         pod = named(objects, "Deployment", name)["spec"]["template"]["spec"]
         container = vllm(pod)
+        # A decode engine recomputes a prompt whose KV it cannot load (config/kv_transfer.py:88, default "fail").
+        recompute = {"kv_load_failure_policy": "recompute"} if role == "kv_consumer" else {}
         assert json.loads(arg(container, "--kv-transfer-config")) == {
             "kv_connector": "NixlConnector", "kv_role": role, "kv_connector_extra_config": {"backends": ["LIBFABRIC"]},
+            **recompute,
         }
         assert arg(container, "--port") == port
         env = {e["name"]: e for e in container["env"]}
@@ -88,7 +91,9 @@ def test_the_decode_pod_puts_the_routing_sidecar_in_front_of_vllm(rendered):
     pod = named(objects, "Deployment", SERVICE)["spec"]["template"]["spec"]
     (sidecar,) = [c for c in pod["initContainers"] if c["name"] == "routing-sidecar"]
     assert sidecar["restartPolicy"] == "Always"
-    assert sidecar["args"] == ["--port=8000", "--model-server-port=8200", "--kv-connector=nixlv2", "--secure-proxy=false"]
+    assert sidecar["args"] == ["--port=8000", "--model-server-port=8200", "--kv-connector=nixlv2", "--secure-proxy=false",
+                               "--enable-ssrf-protection=true", f"--inference-pool=inference/{SERVICE}-prefill",
+                               "--pool-group=inference.networking.k8s.io"]
     assert sidecar["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     assert vllm(pod)["readinessProbe"]["httpGet"]["port"] == "engine"
     assert {"name": "engine", "containerPort": 8200, "protocol": "TCP"} in vllm(pod)["ports"]
@@ -106,7 +111,9 @@ def test_one_pool_and_one_route_serve_both_roles(rendered):
         assert labels["llm-d.ai/role"] == role and matches(pool["spec"]["selector"], labels)
     routes = [o for o in objects if o["kind"] == "HTTPRoute"]
     assert not any(r["metadata"]["name"].startswith(f"{SERVICE}-prefill") for r in routes)
-    assert not any(o["metadata"]["name"] == f"{SERVICE}-prefill" for o in objects if o["kind"] == "InferencePool")
+    # The prefill pods' own InferencePool is the sidecars' SSRF allowlist: no route sends traffic to it.
+    backends = {ref["name"] for r in routes for rule in r["spec"]["rules"] for ref in rule["backendRefs"]}
+    assert f"{SERVICE}-prefill" not in backends
 
 
 def test_the_picker_runs_llm_d_p_d_scheduling(rendered, stack):
@@ -172,8 +179,8 @@ def prefill(**role) -> dict:
 @pytest.mark.parametrize("changes, path, words", [
     ({"tensor_parallel": 2, "disaggregation": prefill(tensor_parallel=3)}, "disaggregation.prefill.tensor_parallel",
      "do not divide"),
-    ({"tensor_parallel": 2, "disaggregation": prefill(tensor_parallel=4)}, "disaggregation.prefill.tensor_parallel",
-     "wider than"),
+    ({"model": "Qwen/Qwen2.5-7B-Instruct", "tensor_parallel": 1, "disaggregation": prefill(tensor_parallel=8)},
+     "disaggregation.prefill.tensor_parallel", "replicate heads"),
     ({"pipeline_parallel": 2}, "pipeline_parallel", "pipeline_parallel > 1"),
     ({"disaggregation": prefill(pool="l40s")}, "disaggregation.prefill.pool", "no EFA"),
     ({"image": "vllm/vllm-openai:v0.33.0"}, "image", "LIBFABRIC"),
@@ -257,8 +264,9 @@ def test_both_roles_stay_in_one_zone_and_prefill_keeps_connections_open(rendered
         (term,) = template["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert term["topologyKey"] == "topology.kubernetes.io/zone"
         assert matches(term["labelSelector"], template["metadata"]["labels"])
-    env = {e["name"]: e.get("value") for e in vllm(named(objects, "Deployment", f"{SERVICE}-prefill")["spec"]["template"]["spec"])["env"]}
-    assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 90
+    for name in (SERVICE, f"{SERVICE}-prefill"):   # both sit behind a sidecar: decode behind its own
+        env = {e["name"]: e.get("value") for e in vllm(named(objects, "Deployment", name)["spec"]["template"]["spec"])["env"]}
+        assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 90, name
 
 
 @pytest.mark.parametrize("field", ["pool", "tensor_parallel"])
@@ -274,3 +282,14 @@ def test_a_prefill_engine_refusal_lands_on_the_field_the_spec_holds(stack):
     assert error.path == "models[0].quantization" and error.problem.startswith("its prefill engine: ")
     error = refusal(changed(stack, disaggregation=prefill(tensor_parallel=1, pool="l40s")))
     assert error.path == "models[0].disaggregation.prefill.pool"
+
+
+def test_a_wider_prefill_serves_a_gqa_model_whose_heads_it_splits(stack):
+    """vLLM 0.33.0 nixl/tp_mapping.py:104-127 compute_tp_mapping: with a wider prefill (P TP > D TP) each decode rank
+    reads its KV heads from several prefill ranks; Qwen3-32B's 8 KV heads split over 4 prefill ranks unreplicated."""
+    data = changed(stack, tensor_parallel=2, disaggregation=prefill(
+        tensor_parallel=4, autoscaling={"min_replicas": 1, "max_replicas": 1}))
+    data["models"] = [m for m in data["models"] if m["pool"] != "h100" or m["name"] == SERVICE]   # room on the node
+    validated = validate(StackSpec.model_validate(data))
+    engine = next(m for m in validated.stack.models if m.name == f"{SERVICE}-prefill")
+    assert engine.tensor_parallel == 4 and engine.resolved_architecture.kv_heads == 8

@@ -116,7 +116,7 @@ def test_a_teams_own_efa_image_is_accepted_when_the_spec_says_so_and_the_pods_sa
     stack = checked(spec(image=own, image_provides_efa=True))
     objects = kubernetes_objects(run_stack(stack))
     for template in lws_templates(objects):
-        assert template["metadata"]["annotations"] == {IMAGE_PROVIDES_EFA_ANNOTATION: "true"}
+        assert template["metadata"]["annotations"][IMAGE_PROVIDES_EFA_ANNOTATION] == "true"
         assert vllm_env(template)["NCCL_NET_PLUGIN"] == "ofi"
         assert next(c for c in template["spec"]["containers"] if c["name"] == "vllm")["image"] == own
 

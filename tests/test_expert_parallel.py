@@ -14,8 +14,13 @@ Upstream rules encoded here, read from the vLLM 0.33.0 wheel (pip download vllm=
 - vllm/config/parallel.py: the `All2AllBackend` Literal (ALL2ALL_UPSTREAM below); "pplx" and "naive" are
   mapped to allgather_reducescatter in `__post_init__` ("has been removed"), "passthrough" is removed from the
   CLI choices in add_cli_args, "mori_*" assert ROCm gfx942/gfx950, "flashinfer_all2allv" is a deprecated alias.
-- DeepEP's internode kernels need NVSHMEM IBGDA, which EFA lacks (deepseek-ai/DeepEP#369, vllm-project/vllm#27898);
-  deepep_v2 runs over EFA on NCCL GIN (vllm-project/vllm#41183).
+- DeepEP's internode kernels need NVSHMEM IBGDA, which EFA lacks (deepseek-ai/DeepEP#369, vllm-project/vllm#27898).
+- deepep_v2 does not cross EFA nodes here (issue 25 item 10): vllm/distributed/device_communicators/all2all.py
+  `DeepEPV2All2AllManager._check_gin_support` (lines 1074-1100) raises "DeepEPv2 requires NCCL GIN" when the EP
+  group's communicator has no GIN backend; over EFA that backend is aws-ofi-nccl's GIN plugin (v1.21.0
+  doc/gin-getting-started.md: NCCL 2.31.2+, GDRCopy 2.5+), whose init fails without a GDRCopy handle
+  (src/rdma/gin/nccl_ofi_gin_api.cpp lines 62-73), i.e. without the gdrdrv module the EKS NVIDIA AMIs do not load
+  (awslabs/amazon-eks-ami#2736: opt-in build variable, default false). Only allgather_reducescatter crosses EFA.
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ def test_whole_experts_do_not_split_evenly_and_the_fullest_gpu_decides():
     """Linear placement: 256 experts over 6 GPUs gives four GPUs 43 and two 42; sliced, each holds 256/6."""
     uneven = deepseek(data_parallel=6, expert_parallel=True)
     assert experts_per_device(uneven) == 43
-    assert experts_per_device(deepseek(data_parallel=6, tensor_parallel=1)) == Fraction(256, 6)
+    assert experts_per_device(deepseek(data_parallel=6, expert_parallel=False)) == Fraction(256, 6)
     assert fit(uneven, H200).weights_bytes_per_device == DENSE + ROUTED * 43 // 256
 
 
@@ -129,11 +134,13 @@ def test_a_dense_model_and_data_parallel_one_size_as_before():
 
 
 def test_the_plan_states_the_layout():
-    assert parallel_layout(deepseek(**WIDE, all2all_backend="deepep_v2")) == (
+    assert parallel_layout(deepseek(**WIDE)) == (
         "tensor_parallel 1 x data_parallel 16 (8 per node); expert parallel: 16 of 256 experts per GPU, "
-        "all-to-all deepep_v2"
+        "all-to-all allgather_reducescatter"
     )
-    assert parallel_layout(deepseek(tensor_parallel=8)) == "tensor_parallel 8; every expert sliced 8 ways"
+    assert parallel_layout(deepseek(tensor_parallel=8, expert_parallel=False)) == (
+        "tensor_parallel 8; every expert sliced 8 ways"
+    )
 
 
 # ------------------------------------------------------------------------------------------- vLLM flags
@@ -149,17 +156,17 @@ def pinned_vllm_flags() -> set[str]:
 
 
 def test_engine_flags_name_the_layout_exactly():
-    args = engine_args(deepseek(**WIDE, all2all_backend="deepep_v2"), H200)
+    args = engine_args(deepseek(**WIDE, all2all_backend="allgather_reducescatter"), H200)
     joined = " ".join(args)
     assert "--tensor-parallel-size 1 --pipeline-parallel-size 1 --data-parallel-size 16 " \
-           "--data-parallel-size-local 8 --enable-expert-parallel --all2all-backend deepep_v2" in joined
+           "--data-parallel-size-local 8 --enable-expert-parallel --all2all-backend allgather_reducescatter" in joined
     plain = engine_args(deepseek(tensor_parallel=8), H200)
     assert not {"--data-parallel-size", "--enable-expert-parallel", "--all2all-backend"} & set(plain)
 
 
 def test_every_flag_is_a_flag_of_the_pinned_vllm():
     known = pinned_vllm_flags()
-    model = deepseek(**WIDE, all2all_backend="deepep_v2")
+    model = deepseek(**WIDE, all2all_backend="allgather_reducescatter")
     for role in ("leader", "worker"):
         flags = {a for a in serve_argv(model, H200, "/m", role=role) if a.startswith("--")}
         assert flags <= known, sorted(flags - known)
@@ -222,7 +229,8 @@ STACK = {
     "node_pools": [{"name": "h200", "instance_types": ["p5en.48xlarge"], "min_nodes": 2, "max_nodes": 2,
                     "efa": True, "capacity": {"on_demand_base": 2}}],
     "models": [{"name": "deepseek", "model": "deepseek-ai/DeepSeek-V3", "pool": "h200", **WIDE,
-                "all2all_backend": "deepep_v2", "max_model_len": 32768, "max_num_seqs": 32, "kv_cache_dtype": "fp8"}],
+                "all2all_backend": "allgather_reducescatter", "max_model_len": 32768, "max_num_seqs": 32,
+                "kv_cache_dtype": "fp8"}],
 }
 
 
@@ -280,8 +288,6 @@ REFUSALS = {
     "local ranks not dividing": (service(data_parallel_local=6), "models[0]", "does not divide data_parallel 16"),
     "data with pipeline parallel": (service(pipeline_parallel=2), "models[0]", "spreads over nodes by its ranks"),
     "backend without expert parallel": (service(expert_parallel=False), "models[0]", "only applies to expert-parallel"),
-    "data parallel on a dense model": (dense(data_parallel=2, tensor_parallel=4), "models[0].data_parallel",
-                                       "is a dense model"),
     "expert parallel on a dense model": (dense(expert_parallel=True, tensor_parallel=8), "models[0].expert_parallel",
                                          "no experts to split"),
     "expert parallel on one GPU": (service(model="Qwen/Qwen3-30B-A3B", data_parallel=1, data_parallel_local=None,
@@ -293,7 +299,11 @@ REFUSALS = {
     "nvlink backend across nodes": (service(all2all_backend="flashinfer_nvlink_one_sided"), "models[0].all2all_backend",
                                     "over one node's NVLink"),
     "deepep v1 over efa": (service(all2all_backend="deepep_low_latency"), "models[0].all2all_backend",
-                           "not known to run between nodes over EFA"),
+                           "does not run between nodes over EFA"),
+    "deepep v2 over efa": (service(all2all_backend="deepep_v2"), "models[0].all2all_backend",
+                           "DeepEPv2 requires NCCL GIN"),
+    "nixl ep over efa": (service(all2all_backend="nixl_ep"), "models[0].all2all_backend",
+                         "does not run between nodes over EFA"),
     "a removed backend": (service(all2all_backend="pplx"), "models[0].all2all_backend", "allgather_reducescatter"),
 }
 

@@ -357,8 +357,11 @@ def test_agentgateway_variant(prod):
     releases = {r["name"]: r for r in helm_releases(recording)}
     assert releases["agentgateway"]["values"] == {"inferenceExtension": {"enabled": True}}
     assert releases["agentgateway-crds"]["version"] == "1.5.0" and "istiod" not in releases
+    # One PreRouting transformation: the routing header and the objective from the body's model, the sidecar's
+    # routing headers removed.
     assert policies[0]["spec"]["traffic"]["transformation"]["request"]["set"] == [
-        {"name": "X-Gateway-Model-Name", "value": "json(request.body).model"}
+        {"name": "X-Gateway-Model-Name", "value": "json(request.body).model"},
+        {"name": "x-llm-d-inference-objective", "value": "json(request.body).model"},
     ]
     picker = next(d for d in of_kind(objects, "Deployment") if d["metadata"]["name"] == "llama-70b-epp")
     assert "--secure-serving=false" not in container(picker["spec"]["template"], "epp")["args"]
@@ -466,7 +469,9 @@ def test_batch_job_is_admitted_by_kueue_on_spot(prod, prod_render):
     mounted = next(v["configMap"]["name"] for v in pod["volumes"] if v["name"] == "scripts")
     assert mounted.startswith(f"{job_spec.name}-scripts-")  # named by the run's revision
     scripts = next(c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"] == mounted)["data"]
-    assert "vllm run-batch -i /work/input.jsonl -o /work/output.jsonl --model /models/RedHatAI--Meta-Llama-3.1-8B-Instruct-FP8" in scripts["run"]
+    assert vllm["args"][2:10] == ["vllm", "run-batch", "-i", "/work/input.jsonl", "-o", "/work/output.jsonl",
+                                  "--model", "/models/RedHatAI--Meta-Llama-3.1-8B-Instruct-FP8"]
+    assert '"$@"' in scripts["run"]   # the run stage runs the container's args
     assert "input_uri=s3://acme-ml-batch/eval/input.jsonl" in scripts["fetch"]
 
 

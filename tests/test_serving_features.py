@@ -4,6 +4,8 @@ Upstream rules encoded here, read from the vLLM 0.33.0 wheel (pip download vllm=
 - vllm/config/speculative.py: `draft_tensor_parallel_size` is 1 or the target's (`_verify_and_get_draft_tp`);
   ngram defaults prompt_lookup_min = max = 5 and refuses min > max; draft_model/eagle/eagle3 need `model`.
 - vllm/engine/arg_utils.py: with LoRA on, max_num_batched_tokens >= max_num_seqs x (num_speculative_tokens + 1).
+- vllm/config/speculative.py:1469-1501: `mtp` on a model type without an MTP draft (Llama) raises
+  "Unsupported speculative method: 'mtp'" (issue 25 item 9; the rest of it in tests/test_vllm_start_contracts.py).
 - vllm/config/lora.py: --max-lora-rank in {1, 8, 16, 32, 64, 128, 256, 320, 512}; --max-cpu-loras >= --max-loras.
 - vllm/lora/model_manager.py + lora/layers/{base_linear,column_parallel_linear}.py: max_loras slots of
   max_lora_rank pre-allocated per wrapped layer before the KV cache is sized.
@@ -109,6 +111,10 @@ def test_the_draft_is_counted_per_gpu(stack):
     ({"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "weights": DRAFT, "draft_tensor_parallel": 2},
      "speculative.draft_tensor_parallel"),
     ({"method": "draft_model", "model": "someone/unlisted-draft", "weights": DRAFT}, "speculative.draft_params_billion"),
+    ({"method": "mtp", "num_speculative_tokens": 1}, "speculative.method"),
+    ({"method": "draft_model", "model": "Qwen/Qwen2.5-7B-Instruct", "weights": DRAFT}, "speculative.model"),
+    ({"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "weights": DRAFT, "draft_params_billion": 0.5},
+     "speculative.model"),
 ])
 def test_speculative_refusals(stack, change, field):
     error = refusal(edited(stack, "llama-70b-eagle", speculative=change))
@@ -304,7 +310,7 @@ SPECULATIVE_METHODS = {"ngram", "draft_model", "suffix", "custom_class", "eagle"
 @pytest.mark.parametrize("config", [
     {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 4, "num_speculative_tokens": 5},
     {"method": "draft_model", "model": "meta-llama/Llama-3.2-3B-Instruct", "weights": DRAFT, "draft_tensor_parallel": 1},
-    {"method": "mtp", "num_speculative_tokens": 1},
+    # mtp needs a model with MTP layers, which Llama 3.3 has not: accepted on DeepSeek-V3 in test_vllm_start_contracts.py
 ])
 def test_every_speculative_config_is_one_vllm_accepts(stack, config):
     spec = validate(StackSpec.model_validate(edited(stack, "llama-70b-eagle", speculative=config))).written

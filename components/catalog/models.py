@@ -3,7 +3,9 @@
 A pre-quantized checkpoint shares its base model's architecture and vocabulary; `models.json` maps
 it to that base model and states its stored format (the checkpoint's `quantization_config`), with
 where each fact was read: `model_sources` for a base model (its config.json and model card), the
-checkpoint's own `source` for a checkpoint.
+checkpoint's own `source` for a checkpoint. `model_classes` names the class each base model's
+config.json declares and how many multi-token-prediction layers it ships; `speculators` holds the
+published EAGLE heads a service may draft with, by their config.json and the model each was trained for.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 _RAW = json.loads(files("inferstack.catalog").joinpath("models.json").read_text(encoding="utf-8"))
-_SECTIONS = {"sources", "models", "model_sources", "checkpoints", "vocabulary"}
+_SECTIONS = {"sources", "models", "model_sources", "checkpoints", "vocabulary", "model_classes", "speculators"}
 if set(_RAW) != _SECTIONS:
     raise ValueError(f"models.json has sections {sorted(_RAW)}, expected exactly {sorted(_SECTIONS)}")
 
@@ -32,6 +34,16 @@ CHECKPOINTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 VOCABULARY: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["vocabulary"].items()}
 )
+# Base model id -> {"architecture" (config.json architectures[0]), "mtp_layers" (num_nextn_predict_layers, 0 when
+# the key is absent), "source"}.
+MODEL_CLASSES: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {name: MappingProxyType(facts) for name, facts in _RAW["model_classes"].items()}
+)
+# EAGLE head id -> {"method", "trained_for", "hidden_size", optional "target_hidden_size", "layers", "vocab_size",
+# "draft_vocab_size", "source"}: heads are no servable model, so they are kept apart from MODELS.
+SPECULATORS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {name: MappingProxyType(facts) for name, facts in _RAW["speculators"].items()}
+)
 
 
 def base_model(model_id: str) -> str:
@@ -48,6 +60,16 @@ def model_facts(model_id: str) -> Mapping[str, Any] | None:
 def vocabulary_facts(model_id: str) -> Mapping[str, Any] | None:
     """vocab_size and tied_embeddings for a model id or a quantized checkpoint of one; None when unknown."""
     return VOCABULARY.get(base_model(model_id))
+
+
+def class_facts(model_id: str) -> Mapping[str, Any] | None:
+    """architecture and mtp_layers for a model id or a quantized checkpoint of one; None when unknown."""
+    return MODEL_CLASSES.get(base_model(model_id))
+
+
+def speculator_facts(head_id: str) -> Mapping[str, Any] | None:
+    """A published EAGLE head's config.json facts; None for a head the catalog does not list."""
+    return SPECULATORS.get(head_id)
 
 
 def checkpoint_format(model_id: str) -> Mapping[str, Any] | None:

@@ -15,6 +15,9 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # The endpoint picker's flag naming the InferencePool it serves (llm-d/llm-d-router v0.10.0 cmd/epp/runner);
 # its health is that pool having synced (cmd/epp/runner/health.go).
 POOL_NAME_FLAG = "--pool-name"
+# The routing sidecar's SSRF allowlist: the InferencePool it names must sync before it serves (llm-d-router v0.10.0
+# pkg/sidecar/proxy/allowlist.go Start: WaitForCacheSync, an error otherwise); given as `--inference-pool=ns/name`.
+SIDECAR_POOL_FLAG = "--inference-pool"
 # EKS add-ons that are DaemonSets every node needs from its first boot (the rest run as Deployments).
 NODE_ADDONS = frozenset({"vpc-cni", "kube-proxy", "eks-pod-identity-agent"})
 # API group -> what installs its CRDs: a Helm chart, or the repository of a released manifest.
@@ -41,6 +44,9 @@ RELEASE_NEEDS: Mapping[str, frozenset[str]] = {
     # The controller chart installs its CRDs only on a first install; the CRD chart keeps them current.
     "karpenter": frozenset({"karpenter-crd"}),
 }
+# API group -> the release whose admission webhook must answer before its objects are accepted: Istio config
+# passes istiod's validating webhook (as body-based routing's EnvoyFilter does, RELEASE_NEEDS).
+WEBHOOK_SERVERS: Mapping[str, str] = {"networking.istio.io": "istiod"}
 # GatewayClass -> the release whose controller creates it.
 GATEWAY_CLASS_CONTROLLERS: Mapping[str, str] = {"istio": "istiod", "agentgateway": "agentgateway"}
 # Karpenter's node objects (EC2NodeClass, NodePool): the nodes they launch need their role's access entry.
@@ -133,11 +139,12 @@ def references(inputs: Any, namespace: str | None) -> set[Ref]:
 
 
 def _flag_values(inputs: Any, flag: str) -> set[str]:
-    """Values given to a command-line flag in any container's args of the object."""
+    """Values given to a command-line flag (`--flag value` or `--flag=value`) in any container's args of the object."""
     found: set[str] = set()
     for key, value in _walk(inputs):
         if key == "args" and isinstance(value, list):
             found.update(str(b) for a, b in zip(value, value[1:]) if a == flag)
+            found.update(str(a).removeprefix(f"{flag}=") for a in value if str(a).startswith(f"{flag}="))
     return found
 
 
@@ -192,6 +199,8 @@ class DependencyRule:
             return "lives in this namespace"
         if made is not None and CRD_INSTALLERS.get(group) == made:
             return f"installs the CRD of {kind}"
+        if made is not None and WEBHOOK_SERVERS.get(group) == made:
+            return f"its admission webhook validates {kind}"
         if made == "kueue" and self._queued(dependent):
             return "Kueue's webhook must see objects labelled for a queue"
         if made is not None and made in RELEASE_NEEDS.get(installer(dependent) or "", ()):
@@ -205,6 +214,10 @@ class DependencyRule:
             return "its pods call the Kubernetes API with this binding's permissions from start-up"
         if target is not None and target[1] == "InferencePool" and target[3] in _flag_values(inputs, POOL_NAME_FLAG):
             return "the endpoint picker is live only once the InferencePool it watches has synced"
+        if target is not None and target[1] == "InferencePool" and f"{target[2]}/{target[3]}" in _flag_values(
+            inputs, SIDECAR_POOL_FLAG
+        ):
+            return "the routing sidecar starts only once the InferencePool of its SSRF allowlist has synced"
         if dependency["type"] == "aws:eks/podIdentityAssociation:PodIdentityAssociation" and self._identity(
             dependent, dependency.get("inputs") or {}
         ):

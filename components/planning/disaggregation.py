@@ -10,19 +10,37 @@ nixl/base_worker.py). The producer/consumer roles are explicit: kv_both is depre
 
 What breaks a transfer, from the same sources:
 - tensor parallel sizes that do not divide one another (kv_connector/utils.py `tp_ratio` asserts);
-- a prefill engine wider than its decode engine for a non-MLA model, whose heads the decode side cannot regroup
-  (nixl/base_worker.py; llm-d docs/operations/disaggregation/vllm.md: decode TP >= prefill TP);
+- a prefill engine wider than its decode engine whose ranks replicate KV heads (prefill tensor_parallel above the
+  model's KV heads): a decode rank reads its heads from several prefill ranks (nixl/tp_mapping.py:104-127
+  compute_tp_mapping, "P (remote TP) > D (local TP)"), which holds when each prefill rank owns distinct heads;
+  an MLA cache is whole on every rank, so any width reads;
 - pipeline parallelism on the decode side (NotImplementedError for kv_consumer, nixl/base_worker.py);
 - --kv-offloading-size, which replaces any --kv-transfer-config connector without a word (config/vllm.py
   `_post_init_kv_transfer_config`);
 - and, silently, a transfer path without EFA: NIXL then moves the KV cache over TCP (the issue's 1 s vs 98 s TTFT),
   which is why both roles sit on EFA pools, in one zone, with an image whose NIXL carries the LIBFABRIC plugin.
+
+What both roles must agree on: NIXL's handshake compares a hash of each side's configuration and refuses a peer
+whose hash differs (vLLM 0.33.0 nixl/metadata.py:146-203 compute_nixl_compatibility_hash, checked in
+nixl/base_worker.py:1192-1205). It covers the vLLM version, the model path, dtype, KV heads, head size, layers, the
+attention backend, the KV cache dtype, the hybrid KV manager and, for the speculative methods that run on the
+target's hidden states (eagle, eagle3, mtp: SpeculativeConfig.use_eagle, config/speculative.py:2116-2120), the
+draft's method, path and KV dtype (metadata.py:103-143). Both roles are one model copied, so most of these match by
+construction; the prefill engine keeps such a draft (sized in its memory), both roles read it from one cache path,
+and the attention backend is pinned on both when their GPUs would choose differently (planning/attention.py).
+The model path is the weights version the node's cache published (templates/pin-weights.sh.j2), so after a
+re-upload under the same prefix a new pod of one role may hold a version an old pod of the other does not: the
+decode role recomputes a prompt whose KV it cannot load (kv_load_failure_policy "recompute", default "fail",
+config/kv_transfer.py:88; v1/core/sched/scheduler.py:186-187) rather than failing the request.
 """
 
 from __future__ import annotations
 
 import json
 
+from collections.abc import Mapping
+
+from inferstack.planning.attention import paired_backend
 from inferstack.spec import ModelServiceSpec
 from inferstack.spec.pools import PoolHardware
 
@@ -34,6 +52,8 @@ SIDE_CHANNEL_PORT = 5600
 ROLE_LABEL = "llm-d.ai/role"  # llm-d-router v0.10.0 scheduling/filter/bylabel/roles.go: prefill | decode
 # The pod label as the vLLM PodMonitor copies it onto series (prometheus-operator promcfg.go sanitizeLabelName).
 ROLE_METRIC_LABEL = "llm_d_ai_role"
+# Speculative methods whose draft runs on the target's hidden states: NIXL hashes their config (see above).
+HASHED_SPECULATIVE_METHODS = frozenset({"eagle", "eagle3", "mtp"})
 
 
 def served_name(model: ModelServiceSpec) -> str:
@@ -54,10 +74,12 @@ def prefill_name(service: str) -> str:
 
 
 def prefill_engine(model: ModelServiceSpec) -> ModelServiceSpec:
-    """The service's prefill role as an engine of its own: the same model, precision and adapters, the role's
-    parallelism, pool and scaling; no drafting (decode's) and no traffic or SLO (the service's)."""
+    """The service's prefill role as an engine of its own: the same model, precision, adapters and attention
+    backend, the role's parallelism, pool and scaling; no traffic or SLO (the service's). A draft that NIXL hashes
+    stays (the prefill engine loads it and never drafts with it); any other draft is decode's alone."""
     assert model.disaggregation is not None
     role = model.disaggregation.prefill
+    speculative = model.speculative
     engine = model.model_copy(update={
         "name": prefill_name(model.name),
         "tensor_parallel": role.tensor_parallel,
@@ -65,7 +87,7 @@ def prefill_engine(model: ModelServiceSpec) -> ModelServiceSpec:
         "autoscaling": role.autoscaling,
         "max_num_seqs": role.max_num_seqs,
         "disaggregation": None,
-        "speculative": None,
+        "speculative": speculative if speculative is not None and speculative.method in HASHED_SPECULATIVE_METHODS else None,
         "traffic": None,
         "slo": None,
     })
@@ -73,24 +95,40 @@ def prefill_engine(model: ModelServiceSpec) -> ModelServiceSpec:
     return engine
 
 
-def expand(models: tuple[ModelServiceSpec, ...] | list[ModelServiceSpec]) -> tuple[ModelServiceSpec, ...]:
-    """Every engine: each service, and right after a disaggregated one its prefill engine."""
+def with_paired_backend(model: ModelServiceSpec, pools: Mapping[str, PoolHardware]) -> ModelServiceSpec:
+    """A disaggregated service with the attention backend both roles must run pinned, when their GPUs would pick
+    different ones by default."""
+    decode, prefill = pools[model.pool].gpu, pools[model.disaggregation.prefill.pool or model.pool].gpu
+    backend, pinned = paired_backend(model, decode, prefill)
+    return model.model_copy(update={"attention_backend": backend}) if pinned else model
+
+
+def expand(
+    models: tuple[ModelServiceSpec, ...] | list[ModelServiceSpec], pools: Mapping[str, PoolHardware]
+) -> tuple[ModelServiceSpec, ...]:
+    """Every engine: each service, and right after a disaggregated one its prefill engine, both roles on one
+    attention backend."""
     engines: list[ModelServiceSpec] = []
     for model in models:
-        engines.append(model)
-        if model.disaggregation is not None:
-            engines.append(prefill_engine(model))
+        if model.disaggregation is None:
+            engines.append(model)
+            continue
+        model = with_paired_backend(model, pools)
+        engines += [model, prefill_engine(model)]
     return tuple(engines)
 
 
 def kv_transfer_config(model: ModelServiceSpec) -> dict | None:
     if model.pd_role is None:
         return None
-    return {
+    config = {
         "kv_connector": CONNECTOR,
         "kv_role": "kv_producer" if model.pd_role == "prefill" else "kv_consumer",
         "kv_connector_extra_config": {"backends": list(NIXL_BACKENDS)},
     }
+    if model.pd_role == "decode":
+        config["kv_load_failure_policy"] = "recompute"
+    return config
 
 
 def kv_transfer_args(model: ModelServiceSpec) -> list[str]:
@@ -111,10 +149,12 @@ def problem(
         return ("disaggregation.prefill.tensor_parallel", f"prefill tensor_parallel {tp_prefill} and decode "
                 f"{tp_decode} do not divide one another, which NIXL's handshake refuses",
                 f"use a divisor or a multiple of {tp_decode}")
-    if tp_prefill > tp_decode and model.resolved_architecture.attention != "mla":
+    arch = model.resolved_architecture
+    if tp_prefill > tp_decode and arch.attention != "mla" and tp_prefill > arch.kv_heads:
         return ("disaggregation.prefill.tensor_parallel", f"prefill tensor_parallel {tp_prefill} is wider than "
-                f"decode's {tp_decode}; NIXL regroups KV heads only from narrower prefill engines",
-                f"set it to {tp_decode} or less")
+                f"decode's {tp_decode} and than the model's {arch.kv_heads} KV heads, so prefill ranks replicate "
+                "heads and NIXL cannot read a decode rank's heads from them",
+                f"set it to {max(tp_decode, arch.kv_heads)} or less")
     if model.pipeline_parallel > 1:
         return ("pipeline_parallel", "the decode role cannot take KV blocks into pipeline stages (vLLM's NIXL "
                 "consumer refuses pipeline_parallel > 1)", "set pipeline_parallel to 1")
@@ -133,4 +173,9 @@ def problem(
     if not provides_efa:
         return ("image", "the image carries no libfabric, so NIXL cannot load its LIBFABRIC backend",
                 "use the catalog's EFA image (leave image unset) or set image_provides_efa for one that has it")
+    backend, _ = paired_backend(model, decode.gpu, prefill.gpu)
+    if backend is None:
+        return ("disaggregation.prefill.pool", f"no attention backend runs {model.model} on both {decode.gpu.name} "
+                f"(decode) and {prefill.gpu.name} (prefill), and NIXL refuses roles on different backends",
+                "put both roles on one GPU generation")
     return None

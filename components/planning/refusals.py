@@ -4,8 +4,9 @@ components read, so a refused figure is the figure the plan would print."""
 
 from __future__ import annotations
 
+from inferstack.catalog.attention_backends import ATTENTION_BACKENDS
 from inferstack.catalog.models import MODELS
-from inferstack.planning import lora, speculative
+from inferstack.planning import attention, lora, speculative
 from inferstack.planning.cost import check_budget
 from inferstack.planning.fit_refusal import check_fit
 from inferstack.planning.pool_capacity import gpu_requests, pool_cache_budget_bytes, replicas_held
@@ -39,10 +40,23 @@ def check_model(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> N
     """A placed engine, first problem first: vLLM's refusals of its draft and adapters, its scheduler limits, its
     fit on the device, what it pre-fetches into the node cache, and the replicas the pool can hold."""
     _check_serving_features(path, model, hardware)
+    _check_attention_backend(path, model, hardware)
     _check_engine_limits(path, model, hardware)
     check_fit(path, model, hardware)
     check_cache_budget(path, model, hardware)
     _check_scaling_room(path, model, hardware)
+
+
+def _check_attention_backend(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """A backend the spec names that vLLM would refuse on this GPU at start (vllm/platforms/cuda.py:420-446: a
+    selected backend that is not valid raises; planning/attention.py has the rules)."""
+    if model.attention_backend is None:
+        return
+    reason = attention.unsupported_reason(ATTENTION_BACKENDS[model.attention_backend], model, hardware.gpu)
+    if reason is not None:
+        usable = [name for name in ATTENTION_BACKENDS if attention.supported(name, model, hardware.gpu)]
+        raise SpecError(f"{path}.attention_backend", f"{reason}, and vLLM refuses a backend it cannot run",
+                        f"use one of {', '.join(usable)}, or leave attention_backend unset for vLLM's choice")
 
 
 def budget_refusals(spec: StackSpec) -> list[SpecError]:

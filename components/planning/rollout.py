@@ -84,9 +84,10 @@ def pool_workloads(spec: StackSpec, pool: str) -> tuple[PodGroup, ...]:
     groups = [service_pods(m, hardware) for m in spec.models if m.pool == pool]
     for job in spec.batch_jobs:
         if job.pool == pool:
-            # The job's pods request what its model service's pods would on this pool (the spec checked
-            # that they fit there: serving.batch_model).
-            ((resource, count),) = gpu_requests(spec.model_service(job.model_service), hardware).items()
+            # The job's pods request what its model service's engine takes on one node of this pool, every
+            # data-parallel rank on it (the spec checked that they fit there: serving.batch_model).
+            engine = spec.model_service(job.model_service).model_copy(update={"data_parallel_local": None})
+            ((resource, count),) = gpu_requests(engine, hardware).items()
             groups.append(PodGroup(f"batch:{job.name}", resource, count, 1, job.parallelism))
     return tuple(groups)
 

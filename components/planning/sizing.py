@@ -6,7 +6,9 @@ it keeps its shard of the weights and a runtime reserve (CUDA context and graphs
 buffers, the activation peak of one scheduler step, the sampler's logits) and hands the rest to
 the KV cache. Tensor parallelism splits KV heads across devices (replicating them when there are
 fewer heads than devices); pipeline parallelism splits layers. A data-parallel replica is several
-ranks, each a tensor-parallel group with its own sequences and KV cache, that share the MoE layers:
+ranks, each a tensor-parallel group with its own sequences and KV cache. On a dense model the ranks are
+independent engines, each holding the whole model split over its own tensor-parallel group only
+(vllm/v1/engine/core.py:1546-1555); on an MoE model they share the MoE layers:
 vLLM shards the routed experts over all tensor x data-parallel GPUs, as slices of every expert or,
 with expert parallelism, as whole experts (`FusedMoEParallelConfig.make`,
 vllm/model_executor/layers/fused_moe/config.py). A rank's token capacity is what one of its devices'
@@ -164,11 +166,12 @@ def weights_bytes(model: ModelServiceSpec) -> int:
 def experts_per_device(model: ModelServiceSpec) -> Fraction:
     """Routed experts' worth of each MoE layer one GPU holds. vLLM shards the MoE layers over all
     tensor_parallel x data_parallel GPUs of a replica: as a slice of every expert, or with expert
-    parallelism as whole experts, the first E mod n GPUs taking one more (`FusedMoEParallelConfig.make`;
-    "linear" placement in `determine_expert_map`, vllm/model_executor/layers/fused_moe/). 0 for a dense model."""
+    parallelism (the service's resolved choice, `ModelServiceSpec.resolved_expert_parallel`) as whole experts,
+    the first E mod n GPUs taking one more (`FusedMoEParallelConfig.make`; "linear" placement in
+    `determine_expert_map`, vllm/model_executor/layers/fused_moe/). 0 for a dense model."""
     experts = model.resolved_architecture.experts or 0
     group = model.tensor_parallel * model.data_parallel
-    return Fraction(math.ceil(experts / group) if model.expert_parallel else Fraction(experts, group))
+    return Fraction(math.ceil(experts / group) if model.resolved_expert_parallel else Fraction(experts, group))
 
 
 def weights_bytes_per_device(model: ModelServiceSpec) -> int:
@@ -241,6 +244,14 @@ def kv_formula(model: ModelServiceSpec) -> str:
     return formula
 
 
+# Why auto expert parallelism is on, as the plan's layout line says it (ModelServiceSpec.expert_parallel_basis).
+EXPERT_PARALLEL_WHY = {
+    "data_parallel": " (auto: data-parallel ranks share the MoE layers, which vLLM runs expert-parallel)",
+    "unsliceable": " (auto: the experts' intermediate size does not split over the GPUs, so vLLM cannot slice them)",
+    "all2all_backend": " (auto: all2all_backend is stated, and only expert-parallel layers exchange tokens)",
+}
+
+
 def parallel_layout(model: ModelServiceSpec) -> str:
     """How a replica's GPUs split the model, as the plan states it, with each GPU's share of the routed experts."""
     parts = [f"tensor_parallel {model.tensor_parallel}"]
@@ -252,10 +263,19 @@ def parallel_layout(model: ModelServiceSpec) -> str:
     experts = model.resolved_architecture.experts
     if experts:
         share = experts_per_device(model)
-        if model.expert_parallel:
-            layout += f"; expert parallel: {share} of {experts} experts per GPU, all-to-all {model.all2all_exchange}"
+        why = EXPERT_PARALLEL_WHY.get(model.expert_parallel_basis, "")
+        group = model.tensor_parallel * model.data_parallel
+        if model.resolved_expert_parallel:
+            layout += (f"; expert parallel{why}: {share} of {experts} experts per GPU, "
+                       f"all-to-all {model.all2all_exchange}")
+        elif group == 1:
+            layout += f"; all {experts} experts on its one GPU"
         else:
-            layout += f"; every expert sliced {model.tensor_parallel * model.data_parallel} ways"
+            if model.expert_parallel is None:
+                why = (f" (auto: {group} GPUs for {experts} experts would leave some with none)" if group > experts
+                       else " (auto: vLLM's default for a tensor-parallel replica; expert_parallel: true holds whole "
+                       "experts per GPU instead)")
+            layout += f"; every expert sliced {group} ways{why}"
     return layout
 
 
@@ -366,7 +386,8 @@ def parallelism_problem(model: ModelServiceSpec) -> str | None:
     if arch.layers < model.pipeline_parallel:
         return f"{arch.layers} layers cannot fill {model.pipeline_parallel} pipeline stages"
     group = tp * model.data_parallel
-    if arch.experts and not model.expert_parallel and arch.moe_intermediate_size and arch.moe_intermediate_size % group:
+    if (arch.experts and not model.resolved_expert_parallel and arch.moe_intermediate_size
+            and arch.moe_intermediate_size % group):
         # Without expert parallelism every expert is sliced over the tensor x data-parallel GPUs.
         return (f"experts of intermediate size {arch.moe_intermediate_size} do not split evenly over {group} GPUs "
                 "(tensor_parallel x data_parallel)")

@@ -6,6 +6,19 @@ is given and refuses min > max; draft_model, eagle and eagle3 need `model`, whil
 prompt or from the model's own MTP layers. With LoRA on, vLLM refuses `max_num_batched_tokens` below
 `max_num_seqs x (num_speculative_tokens + 1)` (vllm/engine/arg_utils.py, the LoRA config check).
 
+What the catalog lets inferstack refuse before vLLM does (vLLM 0.33.0):
+- a draft_model whose vocab_size differs from the target's: `verify_equal_vocab_size_if_draft_model`
+  (vllm/config/speculative.py:2040-2055) raises at start unless `use_heterogeneous_vocab`, which inferstack does
+  not set;
+- `mtp` on a model without MTP layers: the draft is the target's own config, rewritten to an MTP model type only
+  for the classes `hf_config_override` knows (DeepSeek-V3's num_nextn_predict_layers, speculative.py:711-1169);
+  any other model type falls through to `NotImplementedError("Unsupported speculative method: 'mtp'")`
+  (speculative.py:1469-1501);
+- an EAGLE-3 head trained for another hidden size: its `fc` takes `target_hidden_size` (default the head's own
+  hidden_size) x 3 auxiliary hidden states (vllm/model_executor/models/llama_eagle3.py:209-249), while the
+  target feeds the concatenation of three of its own hidden states (vllm/v1/worker/gpu_model_runner.py:4893),
+  so the first drafting step fails (vllm/v1/spec_decode/llm_base_proposer.py:549-552).
+
 A draft model's weights sit beside the target's on every GPU of its tensor-parallel group, so they come out of
 the KV cache; its own KV cache (its layers, in the same block pool) does too when the catalog knows its shape.
 Drafting pays off when the GPUs are idle between a few sequences' decode steps; at batch sizes where a step is
@@ -17,19 +30,26 @@ from __future__ import annotations
 import json
 import math
 
-from inferstack.catalog.models import model_facts
+from inferstack.catalog.models import (
+    MODEL_CLASSES, MODELS, SPECULATORS, base_model, class_facts, model_facts, speculator_facts, vocabulary_facts,
+)
 from inferstack.conventions import MODEL_CACHE_MOUNT
+from inferstack.planning.parameters import vocabulary
 from inferstack.spec import ModelArchitecture, ModelServiceSpec, SpeculativeSpec
 
 DRAFT_BYTES_PER_PARAM = 2  # draft models and EAGLE heads ship in 16 bits
 NEEDS_MODEL = frozenset({"draft_model", "eagle", "eagle3"})
 # Requests per second per replica past which drafting is more likely to cost throughput than save latency.
 LATENCY_ONLY_RPS_PER_REPLICA = 2.0
+# llama_eagle3.py: without eagle_aux_hidden_state_layer_ids the head fuses three of the target's hidden states.
+EAGLE3_AUX_HIDDEN_STATES = 3
 
 
 def draft_key(model: ModelServiceSpec) -> str:
-    """The draft's directory in the node's NVMe cache, published by its own pre-fetch like the model's weights."""
-    return f"draft--{model.name}"
+    """The draft's directory in the node's NVMe cache, published by its own pre-fetch like the model's weights; one
+    per service, so both roles of a prefill/decode pair pass vLLM the same draft path (NIXL hashes it:
+    planning/disaggregation.py)."""
+    return f"draft--{model.pd_service or model.name}"
 
 
 def draft_path(model: ModelServiceSpec) -> str:
@@ -132,10 +152,66 @@ def problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
         allowed = " or ".join(str(tp) for tp in sorted({1, model.tensor_parallel}))
         return ("draft_tensor_parallel", f"{spec.draft_tensor_parallel} is neither 1 nor the service's tensor_parallel "
                 f"{model.tensor_parallel}", f"set it to {allowed}")
+    found = _mtp_problem(model) or _vocabulary_problem(model) or _eagle3_width_problem(model)
+    if found is not None:
+        return found
     if spec.method in NEEDS_MODEL and draft_params(spec) is None:
-        return ("draft_params_billion", f"the model catalog does not list {spec.model!r}, so its memory is unknown",
+        known = "has no parameter count for" if speculator_facts(spec.model) else "does not list"
+        return ("draft_params_billion", f"the model catalog {known} {spec.model!r}, so its memory is unknown",
                 "set speculative.draft_params_billion to the draft's size")
     return None
+
+
+def _mtp_problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
+    """`mtp` drafts with the model's own MTP layers; one the catalog lists without any has nothing to draft with."""
+    facts = class_facts(model.model) if model.speculative.method == "mtp" else None
+    if facts is None or facts["mtp_layers"] > 0:
+        return None
+    with_mtp = sorted(name for name, found in MODEL_CLASSES.items() if found["mtp_layers"] > 0)
+    return ("method", f"{model.model} ({facts['architecture']}) ships no multi-token-prediction layers (its config.json "
+            "has no num_nextn_predict_layers), so vLLM 0.33 finds no MTP draft in it and refuses to start: "
+            "\"Unsupported speculative method: 'mtp'\"",
+            f"use method 'ngram', or 'draft_model' / 'eagle3' with a draft, or a model with MTP layers "
+            f"({', '.join(with_mtp)})")
+
+
+def _vocabulary_problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
+    """A draft_model must share the target's vocabulary size (the target's from its architecture or the catalog)."""
+    spec = model.speculative
+    if spec.method != "draft_model":
+        return None
+    target, draft = vocabulary(model), vocabulary_facts(spec.model)
+    if target is None or draft is None or draft["vocab_size"] == target[0]:
+        return None
+    size, params = target[0], model.resolved_architecture.params_billion
+    same = sorted((facts["params_billion"], name) for name, facts in MODELS.items()
+                  if facts["task"] == "generate" and facts["params_billion"] < params
+                  and name != base_model(model.model) and vocabulary_facts(name)["vocab_size"] == size)
+    hint = f" (catalog: {', '.join(name for _, name in same[:2])})" if same else ""
+    return ("model", f"the draft {spec.model!r} has vocab_size {draft['vocab_size']} and {model.model} has {size}: "
+            "vLLM 0.33 refuses to start (\"Target and draft model should have the same vocabulary size\"), as the "
+            "draft's token ids would not be the target's",
+            f"draft with a smaller model of the target's tokenizer and vocab_size {size}{hint}, or use method 'ngram'")
+
+
+def _eagle3_width_problem(model: ModelServiceSpec) -> tuple[str, str, str] | None:
+    """An EAGLE-3 head's fc fuses three of the target's hidden states, so it fits one hidden size only."""
+    spec = model.speculative
+    head = speculator_facts(spec.model) if spec.method == "eagle3" else None
+    if head is None or head["method"] != "eagle3":
+        return None
+    width = head.get("target_hidden_size") or head["hidden_size"]
+    hidden = model.resolved_architecture.hidden_size
+    if width == hidden:
+        return None
+    n = EAGLE3_AUX_HIDDEN_STATES
+    fitting = sorted(name for name, facts in SPECULATORS.items() if facts["method"] == "eagle3"
+                     and (facts.get("target_hidden_size") or facts["hidden_size"]) == hidden)
+    hint = f" (catalog: {', '.join(fitting)})" if fitting else ""
+    return ("model", f"the EAGLE-3 head {spec.model!r} was trained for {head['trained_for']}: its fc takes {n} x "
+            f"{width} = {n * width} values, but {model.model} feeds {n} hidden states of {hidden} ({n * hidden}), so "
+            "vLLM 0.33 fails at the head's first drafting step",
+            f"use an EAGLE-3 head trained for {model.model}{hint}")
 
 
 def latency_note(model: ModelServiceSpec, replicas: int) -> str | None:

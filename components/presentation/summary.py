@@ -180,23 +180,39 @@ def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, region: str) ->
 
 
 def disaggregation_line(spec: StackSpec, model: ModelServiceSpec) -> str | None:
-    """A disaggregated service's roles side by side: engines, GPUs, cost, and what moves between them."""
-    from inferstack.planning.disaggregation import NIXL_BACKENDS, prefill_name
+    """A disaggregated service's roles side by side: engines, GPUs, cost, what moves between them, and what both
+    must agree on for NIXL's handshake (planning/disaggregation.py)."""
+    from inferstack.planning.attention import default_backend
+    from inferstack.planning.disaggregation import HASHED_SPECULATIVE_METHODS, NIXL_BACKENDS, prefill_name
     from inferstack.planning.sizing import kv_bytes_per_token
 
     if model.disaggregation is None:
         return None
     engines = {m.name: m for m in spec.models}
-    roles = []
+    roles, gpus = [], {}
     for role, engine in (("prefill", engines[prefill_name(model.name)]), ("decode", model)):
         hardware = PoolHardware(spec.pool(engine.pool))
+        gpus[role] = hardware.gpu
         cost = engine_cost(engine, hardware, spec.region)
         price = f", ${cost['min']:.2f}-{cost['max']:.2f}/h" if cost else ""
         roles.append(f"{role} {engine.autoscaling.min_replicas}-{engine.autoscaling.max_replicas} x "
                      f"{engine.gpus_per_replica} {hardware.gpu.name} on {engine.pool}{price}")
+    defaults = {role: default_backend(model.model_copy(update={"attention_backend": None}), gpu)
+                for role, gpu in gpus.items()}
+    if model.attention_backend is None:
+        backend = f"attention {defaults['decode']}, vLLM's choice on both GPUs"
+    elif len(set(defaults.values())) > 1:
+        backend = (f"attention {model.attention_backend} pinned on both roles ({gpus['prefill'].name} would pick "
+                   f"{defaults['prefill']}, {gpus['decode'].name} {defaults['decode']})")
+    else:
+        backend = f"attention {model.attention_backend} as the spec names it"
+    speculative = model.speculative
+    draft = (f"; the {speculative.method} draft runs on both roles" if speculative is not None
+             and speculative.method in HASHED_SPECULATIVE_METHODS else "")
     return (f"prefill/decode: {'; '.join(roles)}; a prompt with {model.disaggregation.non_cached_tokens}+ tokens "
             f"uncached on its decode pod is prefilled apart, its KV cache ({kv_bytes_per_token(model) / 1024:.0f} KiB "
-            f"a token) pulled by the decode engine over EFA (NIXL {'/'.join(NIXL_BACKENDS)})")
+            f"a token) pulled by the decode engine over EFA (NIXL {'/'.join(NIXL_BACKENDS)}); both roles hash alike "
+            f"for NIXL: {backend}{draft}")
 
 
 def serving_features(model: ModelServiceSpec, result: Fit) -> list[str]:
@@ -213,7 +229,12 @@ def serving_features(model: ModelServiceSpec, result: Fit) -> list[str]:
     if model.speculative is not None:
         draft = (f"a {result.draft_bytes_per_device / GIB:.2f} GiB draft per GPU" if result.draft_bytes_per_device
                  else "no draft weights")
-        lines.append(f"speculative decoding: {draft}; {speculative.latency_note(model, model.autoscaling.max_replicas)}")
+        if model.pd_role == "prefill":
+            lines.append(f"speculative decoding: {draft}, loaded and never drafted with: NIXL hashes the draft, so "
+                         "the prefill role carries decode's")
+        else:
+            lines.append(f"speculative decoding: {draft}; "
+                         f"{speculative.latency_note(model, model.autoscaling.max_replicas)}")
     if model.kv_offload is not None:
         lines.append(
             f"host KV tier: {model.kv_offload.cpu_gib:g} GiB of pod memory, {kv_offload.tier_tokens(model)} tokens "

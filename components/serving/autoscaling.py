@@ -8,8 +8,14 @@ Each metric scales the way its meaning asks:
 
 A replica that is still loading exports no vLLM metrics, so nothing may scale a service down (or to
 zero) faster than a model loads: the cooldown, the initial cooldown and the HPA's scale-down
-stabilization window are all at least the model's load time. Scale-to-zero services also get an
-activation trigger on requests reaching the endpoint picker, the only signal left with no replicas.
+stabilization window are all at least the model's load time.
+
+A scale-to-zero service also gets a wake trigger on requests reaching its endpoint picker. With no pod the picker
+counts a request only as an error: llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go `HandleRequest` returns
+ServiceUnavailable ("failed to find endpoint candidates") before pkg/epp/handlers/server.go:497 records
+`llm_d_epp_request_total`, and the deferred handler at server.go:356-358 records `llm_d_epp_request_error_total`
+instead. Both counters carry the request's own model as `model_name` (director.go: IncomingModelName is the body's
+`model`), so a service with LoRA adapters is woken by requests for any of them.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from typing import Any
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
-from inferstack.planning.disaggregation import metric_labels, served_name
-from inferstack.serving import pods
+from inferstack.planning.disaggregation import metric_labels
+from inferstack.serving import names, pods
 from inferstack.serving.model_service import ScaleTarget
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
@@ -32,6 +38,8 @@ DEFAULT_TARGETS = {"queue_depth": 5.0, "kv_cache": 0.8, "epp_queue": 5.0}
 MAX_STABILIZATION_SECONDS = 3600  # the HPA API's limit
 # Requests in this window keep a scale-to-zero service awake (and wake it).
 ACTIVITY_WINDOW = "10m"
+# What the picker counts per request: served (a pod was picked) and failed (none was, as at zero replicas).
+REQUEST_COUNTERS = ("llm_d_epp_request_total", "llm_d_epp_request_error_total")
 
 
 def _selector(**labels: str) -> str:
@@ -67,17 +75,28 @@ def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) ->
     }
 
 
+def requests_seen(counter: str, selector: str) -> str:
+    """> 0 when the counter moved within the window. A series the picker creates on its first request starts at 1,
+    and increase() needs two samples, so a series that did not exist a window ago counts as requests too."""
+    series = f"{counter}{{{selector}}}"
+    return (f"(sum(increase({series}[{ACTIVITY_WINDOW}])) > 0) "
+            f"or count({series} unless {series} offset {ACTIVITY_WINDOW})")
+
+
 def activity_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
-    """1 while requests for the model reached the endpoint picker recently, else 0: wakes a service from
-    zero and asks for at most one replica (the serving metric decides beyond that)."""
-    selector = _selector(namespace=spec.serving_namespace, model_name=served_name(model))
+    """1 while requests for the service (or its adapters) reached the endpoint picker recently, served or not, else 0:
+    wakes a service from zero and asks for at most one replica (the serving metric decides beyond that)."""
+    # DNS labels: nothing in them is special to a regular expression.
+    requested = "|".join(names.requested_models(model))
+    selector = f'namespace="{spec.serving_namespace}",model_name=~"{requested}"'
+    seen = " or ".join(f"({requests_seen(counter, selector)})" for counter in REQUEST_COUNTERS)
     return {
         "type": "prometheus",
         "name": "requests",
         "metricType": "AverageValue",
         "metadata": {
             "serverAddress": prometheus,
-            "query": f"clamp_max(sum(increase(llm_d_epp_request_total{{{selector}}}[{ACTIVITY_WINDOW}])), 1)",
+            "query": f"clamp_max({seen}, 1)",
             "threshold": "1",
             "activationThreshold": "0",
         },

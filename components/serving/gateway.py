@@ -7,6 +7,12 @@
 * A Gateway, internal to the VPC, and body-based routing that copies the request's `model` field
   into `X-Gateway-Model-Name` (GAIE's BBR chart on Istio; an agentgateway transformation policy,
   as that chart only wires Istio and GKE).
+* Request headers set before any routing or picking: the routing sidecar's removed (only the picker may set them;
+  serving/disaggregation.py), and the InferenceObjective named after the requested model, since the picker reads the
+  objective, and so the tier's priority, from a header only. On Istio an EnvoyFilter of Envoy header_mutation filters
+  ahead of the picker's ext_proc; on agentgateway a PreRouting transformation. A route-level HTTPRoute
+  RequestHeaderModifier would not do: Envoy applies route header changes in its router filter, after ext_proc, so it
+  would strip the picker's own header and name the objective too late.
 * Per model service, a `ModelRoute`: the endpoint picker (EPP) with prefix-cache-aware scoring, its
   InferencePool selecting the service's serving pods, an InferenceObjective carrying the tier's
   priority, and an HTTPRoute matching the model's name.
@@ -37,16 +43,25 @@ from inferstack.catalog.charts import MANIFESTS, chart
 from inferstack.helm import helm_release
 from inferstack.planning import kv_offload
 from inferstack.serving import disaggregation, names, pods
+from inferstack.serving.inference_api import INFERENCE_GROUP, INFERENCE_POOL_API_VERSION
 from inferstack.serving.model_service import pool_selector
 from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import ModelServiceSpec, StackSpec
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
-INFERENCE_GROUP = "inference.networking.k8s.io"
-INFERENCE_POOL_API_VERSION = f"{INFERENCE_GROUP}/v1"
 OBJECTIVE_API_VERSION = "llm-d.ai/v1alpha2"
 GATEWAY_GROUP, OBJECTIVE_GROUP = GATEWAY_API_VERSION.split("/")[0], OBJECTIVE_API_VERSION.split("/")[0]
 AGENTGATEWAY_POLICY_API_VERSION = "agentgateway.dev/v1alpha1"
+ENVOY_FILTER_API_VERSION = "networking.istio.io/v1alpha3"
+# Envoy's header mutation HTTP filter (envoy.extensions.filters.http.header_mutation.v3.HeaderMutation), twice.
+HEADER_MUTATION_TYPE = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
+STRIP_FILTER = "inferstack.strip_routing_headers"
+OBJECTIVE_FILTER = "inferstack.inference_objective"
+BBR_FILTER = "envoy.filters.http.ext_proc.bbr"
+# The request header the picker reads the InferenceObjective's name from (llm-d-router v0.10.0
+# pkg/epp/metadata/consts.go:42; handlers/request.go:54; requestcontrol/director.go getInferenceObjective: no
+# header, or no objective of that name, is priority 0).
+OBJECTIVE_HEADER = "x-llm-d-inference-objective"
 MODEL_HEADER = "X-Gateway-Model-Name"
 # The host KV tier's prefix index and its scorer (picker_config).
 HOST_TIER_PRODUCER = "host-tier-prefix-producer"
@@ -218,6 +233,46 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
     }
 
 
+def request_headers_envoy_filter(gateway_ref: dict[str, str], body_based_routing: bool) -> dict[str, Any]:
+    """Two Envoy header_mutation filters in the gateway's HTTP filters (Istio EnvoyFilter HTTP_FILTER patches on the
+    HTTP connection manager): the first of all removes the routing sidecar's headers; the second names the request's
+    InferenceObjective after its model, from the routing header, so it sits after body-based routing's ext_proc
+    (GAIE v1.5.0 config/charts/body-based-routing/templates/istio.yaml: `envoy.filters.http.ext_proc.bbr`, inserted
+    first) and before the picker's. Applied after that chart's EnvoyFilter (priority 0; Istio applies higher
+    priorities later), so the filter it follows is there."""
+    strip = {"name": STRIP_FILTER, "typed_config": {"@type": HEADER_MUTATION_TYPE, "mutations": {"request_mutations": [
+        {"remove": header} for header in disaggregation.SIDECAR_ROUTING_HEADERS]}}}
+    objective = {"name": OBJECTIVE_FILTER, "typed_config": {"@type": HEADER_MUTATION_TYPE, "mutations": {
+        "request_mutations": [{"append": {
+            "header": {"key": OBJECTIVE_HEADER, "value": f"%REQ({MODEL_HEADER.lower()})%"},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        }}]}}}
+    connection_manager = {"name": "envoy.filters.network.http_connection_manager"}
+    after_bbr = {**connection_manager, "subFilter": {"name": BBR_FILTER}} if body_based_routing else connection_manager
+    return {
+        "targetRefs": [gateway_ref],
+        "priority": 10,
+        "configPatches": [
+            {"applyTo": "HTTP_FILTER",
+             "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": after_bbr}}},
+             "patch": {"operation": "INSERT_AFTER" if body_based_routing else "INSERT_FIRST", "value": objective}},
+            {"applyTo": "HTTP_FILTER",
+             "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": connection_manager}}},
+             "patch": {"operation": "INSERT_FIRST", "value": strip}},
+        ],
+    }
+
+
+def agentgateway_request_transformation(body_based_routing: bool) -> dict[str, Any]:
+    """agentgateway's PreRouting transformation (runs before route selection and the inference backend): the routing
+    header from the body's model when body-based routing is on, the objective header from the same model, and the
+    routing sidecar's headers removed. One policy, so no two PreRouting transformations on the Gateway compete."""
+    model = "json(request.body).model" if body_based_routing else f'request.headers["{MODEL_HEADER.lower()}"]'
+    headers = [{"name": MODEL_HEADER, "value": model}] if body_based_routing else []
+    return {"set": [*headers, {"name": OBJECTIVE_HEADER, "value": model}],
+            "remove": list(disaggregation.SIDECAR_ROUTING_HEADERS)}
+
+
 @dataclass(frozen=True)
 class ModelRouteArgs:
     spec: StackSpec
@@ -306,17 +361,20 @@ class ModelRoute(pulumi.ComponentResource):
                 parent=self, depends_on=[*args.depends_on, config, self.service_account, binding, self.pool]
             ),
         )
-        CustomResource(
-            f"{name}-objective",
-            api_version=OBJECTIVE_API_VERSION,
-            kind="InferenceObjective",
-            metadata={"name": names.client_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
-            spec={
-                "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.client_service(model)},
-                "priority": pods.priority_value(spec, model.tier),
-            },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.crds[OBJECTIVE_GROUP], self.pool]),
-        )
+        for requested in names.requested_models(model):   # the gateway names the objective after the request's model
+            CustomResource(
+                f"{name}-objective" if requested == model.name else f"{name}-{requested}-objective",
+                api_version=OBJECTIVE_API_VERSION,
+                kind="InferenceObjective",
+                metadata={"name": requested, "namespace": namespace, "labels": pods.object_labels(model.name)},
+                spec={
+                    "poolRef": {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.client_service(model)},
+                    "priority": pods.priority_value(spec, model.tier),
+                },
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[*args.depends_on, args.crds[OBJECTIVE_GROUP], self.pool]
+                ),
+            )
         self.route = CustomResource(
             f"{name}-route",
             api_version=GATEWAY_API_VERSION,
@@ -372,6 +430,7 @@ class InferenceGateway(pulumi.ComponentResource):
         )
         if gateway.body_based_routing:
             self._body_based_routing(name, spec, controller, args.depends_on)
+        self._request_headers(name, spec, controller, args.depends_on)
 
         crds = {
             GATEWAY_GROUP: self.gateway_api_crds, INFERENCE_GROUP: self.inference_crds, OBJECTIVE_GROUP: self.router_crds,
@@ -413,29 +472,42 @@ class InferenceGateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[crds, self.gateway_api_crds, self.inference_crds]),
         )
 
-    def _body_based_routing(
+    def _request_headers(
         self, name: str, spec: StackSpec, controller: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
     ) -> None:
-        """Copy the body's `model` into the routing header, once per Gateway."""
+        """What the gateway does to every request's headers before any routing or picking, once per Gateway: remove
+        the routing sidecar's, name the request's InferenceObjective, and (agentgateway, with body-based routing)
+        copy the body's model into the routing header."""
         opts = pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, controller, self.gateway])
+        metadata = {"name": names.request_headers_policy(spec), "namespace": spec.serving_namespace,
+                    "labels": pods.object_labels(spec.gateway.name, "gateway")}
+        gateway_ref = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": spec.gateway.name}
         if spec.gateway.implementation == "istio":
-            helm_release(
-                f"{name}-body-based-routing", "body-based-routing", namespace=spec.serving_namespace,
-                values={"provider": {"name": "istio"}, "inferenceGateway": {"name": spec.gateway.name}},
-                opts=opts, release_name=f"{spec.gateway.name}-bbr",
+            CustomResource(
+                f"{name}-request-headers", api_version=ENVOY_FILTER_API_VERSION, kind="EnvoyFilter",
+                metadata=metadata, spec=request_headers_envoy_filter(gateway_ref, spec.gateway.body_based_routing),
+                opts=opts,
             )
             return
         CustomResource(
-            f"{name}-body-based-routing",
-            api_version=AGENTGATEWAY_POLICY_API_VERSION,
-            kind="AgentgatewayPolicy",
-            metadata={"name": f"{spec.gateway.name}-model-header", "namespace": spec.serving_namespace},
-            spec={
-                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": spec.gateway.name}],
-                "traffic": {
-                    "phase": "PreRouting",
-                    "transformation": {"request": {"set": [{"name": MODEL_HEADER, "value": "json(request.body).model"}]}},
-                },
-            },
+            f"{name}-request-headers", api_version=AGENTGATEWAY_POLICY_API_VERSION, kind="AgentgatewayPolicy",
+            metadata=metadata,
+            spec={"targetRefs": [gateway_ref],
+                  "traffic": {"phase": "PreRouting", "transformation": {
+                      "request": agentgateway_request_transformation(spec.gateway.body_based_routing)}}},
             opts=opts,
+        )
+
+    def _body_based_routing(
+        self, name: str, spec: StackSpec, controller: pulumi.Resource, depends_on: Sequence[pulumi.Resource]
+    ) -> None:
+        """On Istio, GAIE's body-based-routing chart copies the body's `model` into the routing header (agentgateway
+        does it in its request-header policy)."""
+        if spec.gateway.implementation != "istio":
+            return
+        helm_release(
+            f"{name}-body-based-routing", "body-based-routing", namespace=spec.serving_namespace,
+            values={"provider": {"name": "istio"}, "inferenceGateway": {"name": spec.gateway.name}},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, controller, self.gateway]),
+            release_name=f"{spec.gateway.name}-bbr",
         )

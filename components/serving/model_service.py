@@ -20,12 +20,14 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
+from pulumi_kubernetes.rbac.v1 import Role, RoleBinding
 
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, VLLM_IMAGES
 from inferstack.conventions import (
     IMAGE_PROVIDES_EFA_ANNOTATION,
     KARPENTER_DO_NOT_DISRUPT,
     MODEL_CACHE_MOUNT,
+    MODEL_ANNOTATION,
     MODEL_READER_SERVICE_ACCOUNT,
     TIER_LABEL,
 )
@@ -34,9 +36,11 @@ from inferstack.planning.pool_capacity import efa_requests, gpu_requests, pool_c
 from inferstack.planning.rollout import rollout
 from inferstack.planning.interruption import SERVING_BUDGET
 from inferstack.serving import disaggregation, names, pods
+from inferstack.serving.inference_api import INFERENCE_POOL_API_VERSION
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import DECODE_ENGINE_PORT, VLLM_PORT, serve_argv
-from inferstack.planning.sizing import load_seconds
+from inferstack.planning.creation_times import replica_parts
+from inferstack.planning.sizing import checkpoint_bytes, load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.weights.prefetch import PIN_SCRIPT, render_pin_script, render_prefetch_script
@@ -56,6 +60,7 @@ class ModelServiceArgs:
     weights_bucket: pulumi.Input[str]
     depends_on: Sequence[pulumi.Resource] = ()           # every object: the namespace
     workload_depends_on: Sequence[pulumi.Resource] = ()  # the workload only: service account, Kueue/LWS releases
+    inference_crds: pulumi.Resource | None = None        # what installs the InferencePool CRD (a decode role's allowlist)
 
 
 @dataclass(frozen=True)
@@ -84,9 +89,22 @@ def scale_target(model: ModelServiceSpec) -> ScaleTarget:
     return ScaleTarget("apps/v1", "Deployment", names.workload(model))
 
 
+def startup_seconds(model: ModelServiceSpec) -> float:
+    """How long a container may take from its start to serving. One pod: the model's load. A multi-node group's
+    leader serves only once every node's engine has joined (vLLM 0.33.0 v1/engine/utils.py:1403-1445
+    wait_for_engine_startup, remote engines included), and LWS creates the workers only after the leader
+    (startupPolicy LeaderCreated), possibly on a node still to be launched: its budget covers a member's whole cold
+    start, node boot, image pull, weight copy, load and warm-up (planning/creation_times.py replica_parts), since
+    a leader restart recreates the group (restartPolicy RecreateGroupOnPodRestart) and starts it all again."""
+    if not model.multi_node:
+        return load_seconds(model)
+    cold = replica_parts(checkpoint_bytes(model), model.weight_loader, new_node=True)
+    return max(load_seconds(model), sum(seconds for _, _, seconds in cold))
+
+
 def startup_failure_threshold(model: ModelServiceSpec) -> int:
-    """Probe failures allowed before the kubelet gives up on start-up: 1.5x the estimated load time."""
-    return math.ceil(load_seconds(model) * 1.5 / PROBE_PERIOD_SECONDS)
+    """Probe failures allowed before the kubelet gives up on start-up: 1.5x the estimated start."""
+    return math.ceil(startup_seconds(model) * 1.5 / PROBE_PERIOD_SECONDS)
 
 
 def _probes(model: ModelServiceSpec, port: str = "http") -> dict[str, Any]:
@@ -121,16 +139,17 @@ def _multi_node_env(route: Transport) -> list[dict[str, str]]:
     return env
 
 
-def pod_annotations(spec: StackSpec, route: Transport) -> dict[str, Any]:
-    """A pod's annotations: the spec's word that an image the catalog does not list carries the EFA stack (for the
-    policy pack), and under Karpenter `karpenter.sh/do-not-disrupt`, which keeps consolidation and drift off a node
-    while it serves a loaded model (its NodePool sets no terminationGracePeriod; shared/reference/karpenter.md 5)."""
-    annotations = {}
+def pod_annotations(spec: StackSpec, model: ModelServiceSpec, route: Transport) -> dict[str, Any]:
+    """A pod's annotations: the model it serves and the spec's word that an image the catalog does not list carries
+    the EFA stack (both for the policy pack), and under Karpenter `karpenter.sh/do-not-disrupt`, which keeps
+    consolidation and drift off a node while it serves a loaded model (its NodePool sets no terminationGracePeriod;
+    shared/reference/karpenter.md 5)."""
+    annotations = {MODEL_ANNOTATION: model.model}
     if route.kind == "efa" and route.efa is None:
         annotations[IMAGE_PROVIDES_EFA_ANNOTATION] = "true"
     if spec.platform.karpenter:
         annotations[KARPENTER_DO_NOT_DISRUPT] = "true"
-    return {"annotations": annotations} if annotations else {}
+    return {"annotations": annotations}
 
 
 def vllm_command(
@@ -208,13 +227,16 @@ def pod_spec(
                 for container, script, _, _ in side_loads(model)
             ),
             pods.compile_cache_init_container(route.image),
-            *([disaggregation.routing_sidecar()] if model.pd_role == "decode" else []),
+            *([disaggregation.routing_sidecar(spec.serving_namespace, model)] if model.pd_role == "decode" else []),
         ],
         "containers": [container],
-        "volumes": pods.cache_volumes(
-            names.prefetch_config_map(model.name) if local or side_loads(model) else None, memory,
-            compile_cache=pods.compile_cache_dir(model), local_weights=local,
-        ),
+        "volumes": [
+            *pods.cache_volumes(
+                names.prefetch_config_map(model.name) if local or side_loads(model) else None, memory,
+                compile_cache=pods.compile_cache_dir(model), local_weights=local,
+            ),
+            *([disaggregation.sidecar_token_volume()] if model.pd_role == "decode" else []),
+        ],
     }
 
 
@@ -282,12 +304,14 @@ class ModelService(pulumi.ComponentResource):
             data=scripts,
             opts=child,
         )] if scripts else []
+        allowlist = self._prefill_allowlist(name, args) if model.pd_role == "decode" else []
         scaled = model.autoscaling.max_replicas > model.autoscaling.min_replicas
         workload_opts = pulumi.ResourceOptions.merge(
             child,
             # KEDA owns the replica count once the workload exists.
             pulumi.ResourceOptions(
-                depends_on=[*prefetch, *args.workload_depends_on], ignore_changes=["spec.replicas"] if scaled else None
+                depends_on=[*prefetch, *allowlist, *args.workload_depends_on],
+                ignore_changes=["spec.replicas"] if scaled else None,
             ),
         )
         metadata = {"name": names.workload(model), "namespace": namespace, "labels": {**labels, **queue_labels}}
@@ -295,7 +319,7 @@ class ModelService(pulumi.ComponentResource):
         self.target = scale_target(model)
         strategy = rollout(spec, model)   # surge only where a spare replica fits the pool at max size
         if model.multi_node:
-            group_annotations = pod_annotations(spec, transport(model, hardware))
+            group_annotations = pod_annotations(spec, model, transport(model, hardware))
             self.workload = CustomResource(
                 f"{name}-lws",
                 api_version=LWS_API_VERSION,
@@ -331,7 +355,7 @@ class ModelService(pulumi.ComponentResource):
                     "progressDeadlineSeconds": max(600, 2 * load_seconds(model) + 600),
                     "selector": {"matchLabels": pods.selector_labels(model.name)},
                     "template": {
-                        "metadata": {"labels": pod_labels, **pod_annotations(spec, transport(model, hardware))},
+                        "metadata": {"labels": pod_labels, **pod_annotations(spec, model, transport(model, hardware))},
                         "spec": pod_spec(spec, model, hardware, "single", args.weights_bucket),
                     },
                 },
@@ -359,3 +383,35 @@ class ModelService(pulumi.ComponentResource):
             opts=child,
         )
         self.register_outputs({"workload": self.target.as_ref(), "service": names.client_service(model)})
+
+    def _prefill_allowlist(self, name: str, args: ModelServiceArgs) -> list[pulumi.Resource]:
+        """The InferencePool of the service's prefill pods and the Role that lets the decode pods' routing sidecars
+        read it: the sidecar's SSRF protection fails to start without both (serving/disaggregation.py)."""
+        spec, model = args.spec, args.model
+        if args.inference_crds is None:
+            raise ValueError(f"{model.name}: a decode role's sidecar needs the InferencePool CRD, which the gateway installs")
+        namespace, allowlist = spec.serving_namespace, disaggregation.prefill_allowlist(model.name)
+        labels = pods.object_labels(model.name)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        pool = CustomResource(
+            f"{name}-prefill-allowlist",
+            api_version=INFERENCE_POOL_API_VERSION,
+            kind="InferencePool",
+            metadata={"name": allowlist, "namespace": namespace, "labels": labels},
+            spec=disaggregation.prefill_allowlist_spec(model.name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.inference_crds]),
+        )
+        role = Role(
+            f"{name}-routing-sidecar-role",
+            metadata={"name": allowlist, "namespace": namespace, "labels": labels},
+            rules=disaggregation.sidecar_rules(model.name),
+            opts=child,
+        )
+        binding = RoleBinding(
+            f"{name}-routing-sidecar-rolebinding",
+            metadata={"name": allowlist, "namespace": namespace, "labels": labels},
+            subjects=[{"kind": "ServiceAccount", "name": MODEL_READER_SERVICE_ACCOUNT, "namespace": namespace}],
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": allowlist},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, role]),
+        )
+        return [pool, binding]   # the binding follows its Role

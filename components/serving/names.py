@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, MODEL_READER_SERVICE_ACCOUNT
+from inferstack.planning.disaggregation import prefill_name, served_name
 from inferstack.spec.errors import SpecError
 from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
 
@@ -39,6 +40,12 @@ def client_service(model: ModelServiceSpec) -> str:
     Also the name of its PodDisruptionBudget, ScaledObject, InferencePool, InferenceObjective and HTTPRoute.
     """
     return model.name
+
+
+def requested_models(model: ModelServiceSpec) -> tuple[str, ...]:
+    """What requests for a service send as `model`: its name and each LoRA adapter's. Also the names of its
+    InferenceObjectives, one per requested model, since the gateway names the objective after the request's model."""
+    return (served_name(model), *(adapter.name for adapter in model.lora_adapters))
 
 
 def workload(model: ModelServiceSpec) -> str:
@@ -63,6 +70,11 @@ def prefetch_config_map(owner: str) -> str:
 def endpoint_picker(model: ModelServiceSpec) -> str:
     """The endpoint picker's Deployment, Service, ServiceAccount, Role, RoleBinding and ConfigMap."""
     return f"{model.name}-epp"
+
+
+def request_headers_policy(spec: StackSpec) -> str:
+    """The gateway policy (an EnvoyFilter or AgentgatewayPolicy) that sets and removes request headers before routing."""
+    return f"{spec.gateway.name}-request-headers"
 
 
 def worker_program(worker: QueueWorkerSpec) -> str:
@@ -98,6 +110,8 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     for monitor in (VLLM_POD_MONITOR, EPP_POD_MONITOR):
         yield ObjectName(serving, "PodMonitor", monitor, "inferstack")
     yield ObjectName(serving, "Gateway", spec.gateway.name, "inferstack", "gateway.name")
+    policy = "EnvoyFilter" if spec.gateway.implementation == "istio" else "AgentgatewayPolicy"
+    yield ObjectName(serving, policy, request_headers_policy(spec), "inferstack", "gateway.name")
     if spec.gateway.implementation == "istio":
         # Istio's automated deployment provisions `<Gateway>-<GatewayClass>` (istio.io, Kubernetes Gateway
         # API task, "Automated Deployment"); body-based routing runs beside it on Istio.
@@ -114,12 +128,20 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
         headless = lws_headless_service(model)
         if headless is not None:
             yield ObjectName(serving, "Service", headless, f"the LeaderWorkerSet controller for {ours}", path)
-        for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "InferenceObjective", "HTTPRoute"):
+        for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "HTTPRoute"):
             yield ObjectName(serving, kind, client_service(model), ours, path)
+        # One objective per requested model; a name repeated within the service is the LoRA check's to refuse.
+        for objective in dict.fromkeys(requested_models(model)):
+            where = path if objective == model.name else f"models[{i}].lora_adapters"
+            yield ObjectName(serving, "InferenceObjective", objective, ours, where)
         yield ObjectName(serving, "ConfigMap", prefetch_config_map(model.name), ours, path)
         picker = f"the endpoint picker of {ours}"
         for kind in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"):
             yield ObjectName(serving, kind, endpoint_picker(model), picker, path)
+        if model.disaggregation is not None:
+            # The decode sidecars' SSRF allowlist: an InferencePool of the prefill pods and the Role that reads it.
+            for kind in ("InferencePool", "Role", "RoleBinding"):
+                yield ObjectName(serving, kind, prefill_name(model.name), ours, path)
     if spec.workers:
         for kind in ("Deployment", "Service"):
             yield ObjectName(batch, kind, REDIS, "the job queue (Redis)")

@@ -57,6 +57,15 @@ class Serving(pulumi.ComponentResource):
         kueue = needs("kueue") if spec.queues.enabled else []
 
         self.model_services = {}
+        # Before the services: a decode role's routing sidecar reads an InferencePool, whose CRD the gateway installs.
+        self.gateway = None
+        if spec.gateway.enabled and spec.models:
+            self.gateway = InferenceGateway(
+                f"{name}-gateway",
+                InferenceGatewayArgs(spec=spec, depends_on=namespace["serving"]),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
         for model in spec.models:
             workload_crds = kueue + (needs("lws") if model.multi_node else [])
             service = ModelService(
@@ -71,6 +80,7 @@ class Serving(pulumi.ComponentResource):
                         *identity(spec.serving_namespace, MODEL_READER_SERVICE_ACCOUNT),
                         *workload_crds,
                     ],
+                    inference_crds=self.gateway.inference_crds if self.gateway is not None else None,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -87,14 +97,6 @@ class Serving(pulumi.ComponentResource):
                     ),
                     opts=pulumi.ResourceOptions(parent=self),
                 )
-
-        self.gateway = None
-        if spec.gateway.enabled and spec.models:
-            self.gateway = InferenceGateway(
-                f"{name}-gateway",
-                InferenceGatewayArgs(spec=spec, depends_on=namespace["serving"]),
-                opts=pulumi.ResourceOptions(parent=self),
-            )
 
         if spec.workers:
             queue = JobQueue(

@@ -37,14 +37,15 @@ def gpu_memory_utilization(model: ModelServiceSpec, hardware: PoolHardware) -> f
 
 
 def _data_and_expert_parallel_args(model: ModelServiceSpec) -> list[str]:
-    """Data-parallel ranks (all of the replica's, and this node's) and expert parallelism; nothing for the defaults."""
+    """Data-parallel ranks (all of the replica's, and this node's) and expert parallelism as the service resolves it
+    (stated, or auto: `ModelServiceSpec.expert_parallel_basis`); nothing for the defaults."""
     args = []
     if model.data_parallel > 1:
         args += [
             "--data-parallel-size", str(model.data_parallel),
             "--data-parallel-size-local", str(model.data_parallel_per_node),
         ]
-    if model.expert_parallel:
+    if model.resolved_expert_parallel:
         args.append("--enable-expert-parallel")
     if model.all2all_backend is not None:
         args += ["--all2all-backend", model.all2all_backend]
@@ -59,6 +60,8 @@ def engine_args(model: ModelServiceSpec, hardware: PoolHardware, *, role: Role =
         args += ["--quantization", method]
     if model.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", model.kv_cache_dtype]
+    if model.attention_backend is not None:
+        args += ["--attention-backend", model.attention_backend]
     args += [
         "--tensor-parallel-size", str(model.tensor_parallel),
         "--pipeline-parallel-size", str(model.pipeline_parallel),
@@ -117,7 +120,16 @@ def loader_args(model: ModelServiceSpec) -> list[str]:
 def run_batch_argv(
     model: ModelServiceSpec, hardware: PoolHardware, model_path: str, *, input_path: str, output_path: str
 ) -> list[str]:
-    """`vllm run-batch` over an OpenAI batch file (JSONL); requests must name the served model."""
+    """`vllm run-batch` over an OpenAI batch file (JSONL); requests must name the served model.
+
+    run-batch takes the same engine flags as `vllm serve`, so the engine keeps the model's parallel layout: vLLM
+    0.33's `run-batch` subcommand parses with `make_arg_parser` (vllm/entrypoints/cli/run_batch.py:62), which adds
+    `AsyncEngineArgs.add_cli_args` (vllm/entrypoints/launchers/run_batch.py:294-297), and `main` builds its engine from those args
+    (run_batch.py:1104, `build_async_engine_client`, whose `AsyncEngineArgs.from_cli_args(args)` is
+    vllm/entrypoints/launchers/api_server/entry.py:52). One process on one node drives tensor x pipeline GPUs per
+    data-parallel rank (`ParallelConfig.world_size`, vllm/config/parallel.py:964-967) and, without --nnodes, the
+    --data-parallel-size-local ranks, all of --data-parallel-size by default (vllm/engine/arg_utils.py:2486-2535):
+    `model` is one node's engine (batch_model), whose pod requests exactly that many GPUs."""
     if model.multi_node:
         raise ValueError(f"{model.name}: batch jobs run on one node, a replica takes {model.nodes_per_replica}")
     return ["vllm", "run-batch", "-i", input_path, "-o", output_path, "--model", model_path, *engine_args(model, hardware)]

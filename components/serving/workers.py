@@ -49,6 +49,7 @@ WORKER_REQUEST_TIMEOUT_SECONDS = 300
 WORKER_MAX_ATTEMPTS = 3
 WORKER_POLL_SECONDS = 5
 WORK_DIR = "/work"
+RUN_CONTAINER_ARGS = '"$@"'  # a batch pod's run stage: its vllm container's args, `vllm run-batch` behind pin-weights
 
 
 @cache
@@ -91,8 +92,11 @@ def render_worker(spec: StackSpec, worker: QueueWorkerSpec, *, redis_host: str |
     )
 
 
-def render_batch_stage(stage: str, job: BatchJobSpec, run_batch_command: str = "", work_dir: str = WORK_DIR) -> str:
-    """One stage (fetch, run, upload) of a batch pod; `run_batch_command` is already shell-quoted."""
+def render_batch_stage(
+    stage: str, job: BatchJobSpec, run_batch_command: str = RUN_CONTAINER_ARGS, work_dir: str = WORK_DIR
+) -> str:
+    """One stage (fetch, run, upload) of a batch pod; `run_batch_command` is already shell-quoted (by default the
+    run stage's container args)."""
     return _template("serving-batch.sh.j2").render(
         stage=stage,
         input_uri=job.input,
@@ -341,9 +345,9 @@ class BatchJob(pulumi.ComponentResource):
             input_path=f"{WORK_DIR}/input.jsonl", output_path=f"{WORK_DIR}/output.jsonl",
         )
         pin_script = render_pin_script(pods.model_path(model))
-        stage_scripts = {
-            stage: render_batch_stage(stage, job, shlex.join(pods.pinned_weights(argv))) for stage in ("fetch", "run", "upload")
-        }
+        # The run stage runs its container's args: the vLLM flags sit on the pod spec, where the policies (the
+        # parallel layout against the GPU request) and `kubectl describe` read them, as on a serving pod.
+        stage_scripts = {stage: render_batch_stage(stage, job) for stage in ("fetch", "run", "upload")}
         work_mount = {"name": "work", "mountPath": WORK_DIR}
         script_mount = {"name": "scripts", "mountPath": "/scripts", "readOnly": True}
         aws_env = [{"name": "AWS_REGION", "value": spec.region}, {"name": "HOME", "value": "/tmp"}]
@@ -366,6 +370,7 @@ class BatchJob(pulumi.ComponentResource):
             "name": "vllm",
             "image": image,
             "command": ["/bin/bash", "/scripts/run"],
+            "args": pods.pinned_weights(argv),
             "env": pods.vllm_env(model, image),
             "resources": pods.resources(millicores, memory, gpu_requests(model, hardware)),
             "securityContext": pods.vllm_security_context(image),

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from inferstack.catalog.attention_backends import ATTENTION_BACKENDS
 from inferstack.catalog.models import model_facts
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, DEFAULT_VLLM_IMAGE
 from inferstack.spec.architecture import SIXTEEN_BIT, CheckpointFormat, ModelArchitecture, catalog_stored_format
@@ -17,6 +18,7 @@ from inferstack.spec.serving_features import DisaggregationSpec, KvOffloadSpec, 
 # "passthrough" (not selectable from the CLI), "naive" and "pplx" (removed: vLLM falls back to
 # allgather_reducescatter), "mori_*" (ROCm MI300/MI350 only) and "flashinfer_all2allv" (a deprecated
 # alias of flashinfer_nvlink_two_sided).
+AttentionBackendName = Literal[tuple(ATTENTION_BACKENDS)]  # type: ignore[valid-type]
 All2AllBackend = Literal[
     "allgather_reducescatter",
     "deepep_high_throughput",
@@ -28,6 +30,9 @@ All2AllBackend = Literal[
     "flashinfer_nvlink_one_sided",
 ]
 VLLM_ALL2ALL_BACKEND = "allgather_reducescatter"  # ParallelConfig.all2all_backend's default in vLLM 0.33
+# Why a service's expert parallelism is on or off (ModelServiceSpec.expert_parallel_basis): stated in the spec, or
+# the auto rule's reason for on, or "off".
+ExpertParallelBasis = Literal["stated", "data_parallel", "unsliceable", "all2all_backend", "off"]
 
 
 class TrafficSpec(Model):
@@ -100,6 +105,10 @@ class ModelServiceSpec(Model):
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto", description="KV-cache dtype; fp8 halves KV memory. Defaults to auto (the activation dtype)."
     )
+    attention_backend: AttentionBackendName | None = Field(
+        None, description="vLLM attention backend (--attention-backend). Defaults to vLLM's choice for the GPU; a "
+        "prefill/decode pair on two GPU generations that would choose differently gets one both run.",
+    )
     pool: str = Field(
         description="Node pool the service runs on, or 'auto' for the cheapest pool that fits it. Required."
     )
@@ -121,16 +130,18 @@ class ModelServiceSpec(Model):
         "replica over data_parallel / data_parallel_local nodes with LeaderWorkerSet. Defaults to data_parallel "
         "(one node).",
     )
-    expert_parallel: bool = Field(
-        False,
+    expert_parallel: bool | None = Field(
+        None,
         description="Expert parallelism (--enable-expert-parallel): each GPU of the replica's "
         "tensor_parallel x data_parallel group holds whole routed experts instead of a slice of every expert. "
-        "Defaults to false.",
+        "Defaults to auto: on for a mixture-of-experts replica of several GPUs whose layout vLLM runs with expert "
+        "parallelism (data_parallel above 1, whose ranks share the MoE layers, or experts that do not slice evenly "
+        "over the GPUs, or an all2all_backend stated), else off, as in vLLM; the plan says which and why.",
     )
     all2all_backend: All2AllBackend | None = Field(
         None,
-        description="How expert-parallel MoE layers exchange tokens (--all2all-backend); needs expert_parallel. "
-        "Defaults to vLLM's (allgather_reducescatter).",
+        description="How expert-parallel MoE layers exchange tokens (--all2all-backend); turns auto expert_parallel "
+        "on. Between EFA nodes only allgather_reducescatter runs. Defaults to vLLM's (allgather_reducescatter).",
     )
     mig_profile: str | None = Field(
         None,
@@ -227,10 +238,10 @@ class ModelServiceSpec(Model):
                 "replica spreads over nodes by its ranks (data_parallel_local), not by pipeline stages. To fix: set "
                 "pipeline_parallel to 1 and data_parallel_local to the ranks per node"
             )
-        if self.all2all_backend is not None and not self.expert_parallel:
+        if self.all2all_backend is not None and self.expert_parallel is False:
             raise ValueError(
                 f"all2all_backend {self.all2all_backend!r} only applies to expert-parallel MoE layers. To fix: set "
-                "expert_parallel to true, or drop all2all_backend"
+                "expert_parallel to true (or leave it unset), or drop all2all_backend"
             )
         return self
 
@@ -238,6 +249,47 @@ class ModelServiceSpec(Model):
     def all2all_exchange(self) -> str:
         """The all-to-all backend vLLM runs: the spec's, else vLLM's default."""
         return self.all2all_backend or VLLM_ALL2ALL_BACKEND
+
+    @property
+    def expert_parallel_basis(self) -> ExpertParallelBasis:
+        """Why expert parallelism is on or off: the spec's word, else the auto rule.
+
+        vLLM slices every expert over the tensor_parallel x data_parallel GPUs unless --enable-expert-parallel is
+        given (ParallelConfig.enable_expert_parallel defaults to False, vllm/config/parallel.py line 190;
+        FusedMoEParallelConfig.make, fused_moe/config.py lines 1198-1233). Auto turns it on where vLLM's own docs
+        and recipes run the layout with it: data-parallel ranks share the MoE layers, which vLLM pairs with expert
+        parallelism (docs/serving/data_parallel_deployment.md, expert_parallel_deployment.md: "EP is more efficient
+        when used in conjunction with DP"; every data-parallel recipe of vllm-project/recipes passes
+        --enable-expert-parallel, strategies/single_node_dep.yaml and multi_node_dep.yaml); experts whose
+        intermediate size does not split over the GPUs cannot be sliced at all (FusedMoEConfig asserts
+        intermediate_size % tp_size == 0, fused_moe/config.py line 1352; vllm-project/recipes
+        Qwen/Qwen3-Coder-480B-A35B.md: when sliced experts fail to load, run data + expert parallel); and a stated
+        all2all_backend, which only expert-parallel layers use. It stays off for a
+        tensor-parallel replica whose experts slice evenly: vLLM's default, and the recipes' default strategy
+        (src/lib/command-synthesis.js recommendStrategy: tensor parallel for every model unless a recipe says
+        otherwise), and on one GPU, for a dense model, or with more GPUs than experts."""
+        if self.expert_parallel is not None:
+            return "stated"
+        arch = self.resolved_architecture
+        experts = arch.experts or 0
+        tp = self.tensor_parallel if isinstance(self.tensor_parallel, int) else 1
+        group = tp * self.data_parallel
+        if experts == 0 or group == 1 or group > experts:
+            return "off"
+        if self.data_parallel > 1:
+            return "data_parallel"
+        if arch.moe_intermediate_size and arch.moe_intermediate_size % group:
+            return "unsliceable"
+        if self.all2all_backend is not None:
+            return "all2all_backend"
+        return "off"
+
+    @property
+    def resolved_expert_parallel(self) -> bool:
+        """Whether vLLM runs the MoE layers expert-parallel (--enable-expert-parallel): see expert_parallel_basis."""
+        if self.expert_parallel is not None:
+            return self.expert_parallel
+        return self.expert_parallel_basis != "off"
 
     @property
     def data_parallel_per_node(self) -> int:

@@ -130,46 +130,54 @@ def _check_scaling(spec: StackSpec, path: str, model: ModelServiceSpec) -> None:
 
 
 def _check_experts_layout(path: str, model: ModelServiceSpec) -> None:
-    """Data and expert parallelism only mean something for MoE layers, and expert parallelism's token exchange
-    must reach every GPU of the replica (all2all_backends.json says which backend reaches how far)."""
+    """Expert parallelism only means something for MoE layers (data parallelism serves dense models too), and its
+    token exchange must reach every GPU of the replica (all2all_backends.json says which backend reaches how far:
+    between EFA nodes only allgather_reducescatter)."""
+    # data_parallel on a dense model is served: vLLM 0.33 runs each rank as an independent engine holding the whole
+    # model behind the replica's one API server (vllm/v1/engine/core.py:1546-1555, "Non-MoE DP ranks are completely
+    # independent"; docs/serving/data_parallel_deployment.md: "This will work with both dense and MoE models").
     experts = model.resolved_architecture.experts
-    if not experts and model.data_parallel > 1:
-        raise SpecError(
-            f"{path}.data_parallel",
-            f"{model.model} is a dense model: data-parallel ranks of one replica share only MoE layers, so they "
-            "would be separate engines that scale together",
-            "set data_parallel to 1 and raise autoscaling replicas instead",
+    # Expert parallelism asked for: stated, or by a stated all2all_backend with expert_parallel unset (auto turns on
+    # only where the layout allows it, ModelServiceSpec.expert_parallel_basis).
+    by_backend = model.expert_parallel is None and model.all2all_backend is not None
+    if model.expert_parallel or by_backend:
+        field, off = (
+            (f"{path}.all2all_backend", "drop all2all_backend")
+            if by_backend else (f"{path}.expert_parallel", "set expert_parallel to false")
         )
-    if not model.expert_parallel:
+        if not experts:
+            raise SpecError(field, f"{model.model} is a dense model with no experts to split", off)
+        group = model.tensor_parallel * model.data_parallel
+        if group == 1:
+            raise SpecError(
+                field,
+                "expert parallelism splits the experts over a replica's GPUs, and this replica has one",
+                f"raise tensor_parallel or data_parallel, or {off}",
+            )
+        if group > experts:
+            raise SpecError(
+                field,
+                f"{group} GPUs (tensor_parallel x data_parallel) share {experts} experts, so some would hold none",
+                f"keep tensor_parallel x data_parallel at {experts} or less",
+            )
+    if not model.resolved_expert_parallel:
         return
-    if not experts:
-        raise SpecError(
-            f"{path}.expert_parallel", f"{model.model} is a dense model with no experts to split", "set expert_parallel to false"
-        )
-    group = model.tensor_parallel * model.data_parallel
-    if group == 1:
-        raise SpecError(
-            f"{path}.expert_parallel",
-            "expert parallelism splits the experts over a replica's GPUs, and this replica has one",
-            "raise tensor_parallel or data_parallel, or set expert_parallel to false",
-        )
-    if group > experts:
-        raise SpecError(
-            f"{path}.expert_parallel",
-            f"{group} GPUs (tensor_parallel x data_parallel) share {experts} experts, so some would hold none",
-            f"keep tensor_parallel x data_parallel at {experts} or less",
-        )
     backend = model.all2all_exchange
     reach = ALL2ALL_BACKENDS[backend]
     if model.multi_node and not (reach.crosses_nodes and reach.crosses_efa):
         where = (
-            "exchanges tokens over one node's NVLink" if not reach.crosses_nodes
-            else "is not known to run between nodes over EFA"
+            f"exchanges tokens over one node's NVLink, but a replica spans {model.nodes_per_replica} nodes"
+            if not reach.crosses_nodes
+            else f"does not run between nodes over EFA, and a replica spans {model.nodes_per_replica} nodes: "
+            f"{reach.efa_refusal}"
         )
+        # vLLM checks deepep_v2's NCCL GIN on one node too (all2all.py _check_gin_support): one node is no fix for it.
+        one_node = "" if backend == "deepep_v2" else ", or fit the replica on one node"
         raise SpecError(
             f"{path}.all2all_backend",
-            f"{backend} {where}, but a replica spans {model.nodes_per_replica} nodes",
-            "use 'deepep_v2' or 'allgather_reducescatter' (both cross nodes over EFA), or fit the replica on one node",
+            f"{backend} {where}",
+            "use 'allgather_reducescatter', the backend that runs between EFA nodes (or drop all2all_backend: it is "
+            f"vLLM's default){one_node}",
         )
 
 

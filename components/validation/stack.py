@@ -60,7 +60,7 @@ def validate(spec: StackSpec) -> ValidatedStack:
     placed = _placed(spec, ready, pools, every_pool, found)
     engines_valid = _engine_refusals(spec, placed, pools, found)
     complete = every_pool and len(placed) == len(spec.models) and engines_valid
-    engines = expand_engines([model for _, model in placed]) if complete else ()
+    engines = expand_engines([model for _, model in placed], pools) if complete else ()
     stack = spec.model_copy(update={"models": list(engines)}) if complete and engines != tuple(spec.models) else spec
     found += spec_checks.workload_refusals(spec)
     found += platform_refusals.worker_refusals(spec)

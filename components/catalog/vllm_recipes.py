@@ -1,0 +1,19 @@
+"""What vLLM's own recipes (vllm-project/recipes) choose per model and GPU generation where it differs from the
+general advice, as data (vllm_recipes.json, each with its source): the models whose recipe keeps a 16-bit KV cache
+on a generation where FP8 would otherwise be advised."""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+
+_RAW = json.loads(files("inferstack.catalog").joinpath("vllm_recipes.json").read_text(encoding="utf-8"))
+
+
+def fp8_kv_left_out(model: str, compute_capability: str) -> str | None:
+    """The recipe that serves `model` on this GPU generation without an FP8 KV cache, or None."""
+    major = int(compute_capability.split(".")[0])
+    for entry in _RAW["fp8_kv_cache_left_out"]:
+        if model.startswith(entry["model_prefix"]) and major == entry["compute_capability_major"]:
+            return _RAW["sources"][entry["source"]]
+    return None
