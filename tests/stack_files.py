@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inferstack.cli import EXIT_BAD_INPUT
+import yaml
+
+from inferstack.cli import EXIT_BAD_INPUT, main
+from inferstack.spec import StackSpec
 
 REPO = Path(__file__).resolve().parents[1]
 DEV = (REPO / "stacks" / "dev.py").read_text()
@@ -82,3 +85,15 @@ def refused_by_render_and_plan(path: Path, out: Path) -> str:
     message = one_line_refusal(rendered.stderr)
     assert one_line_refusal(planned.stderr) == message
     return message
+
+
+def rendered_objects(spec: StackSpec, where: Path) -> tuple[int, list[dict]]:
+    """A spec built in a test written as a stack file and rendered in-process: the exit status, and the Kubernetes
+    objects written (none unless it rendered)."""
+    stacks, out = where / "stacks", where / "out"
+    stacks.mkdir(parents=True)
+    (stacks / "edited.py").write_text("from inferstack.spec import StackSpec\n"
+                                      f"stack = StackSpec.model_validate_json({spec.model_dump_json(exclude_none=True)!r})\n")
+    code = main(["render", "edited", "--stacks-dir", str(stacks), "--out", str(out)])
+    objects = [yaml.safe_load(p.read_text()) for p in sorted((out / "kubernetes").glob("*.yaml"))] if code == 0 else []
+    return code, objects

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+from stack_files import rendered_objects  # noqa: E402
 from test_serving_features import edited  # noqa: E402
 
 from inferstack.catalog import GPUS, instance_type
-from inferstack.cli import EXIT_BAD_INPUT, main
+from inferstack.cli import EXIT_BAD_INPUT
 from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
 
@@ -83,15 +83,7 @@ def hashed_factors(objects: list[dict], workload: str, pools: dict[str, str]) ->
 
 def render(data: dict, tmp_path: Path) -> tuple[int, list[dict], StackSpec]:
     spec = StackSpec.model_validate(data)
-    stacks = tmp_path / "stacks"
-    stacks.mkdir()
-    (stacks / "pairing.py").write_text(
-        "from inferstack.spec import StackSpec\n"
-        f"stack = StackSpec.model_validate_json({spec.model_dump_json(exclude_none=True)!r})\n"
-    )
-    out = tmp_path / "out"
-    code = main(["render", "pairing", "--stacks-dir", str(stacks), "--out", str(out)])
-    objects = [yaml.safe_load(p.read_text()) for p in sorted((out / "kubernetes").glob("*.yaml"))] if code == 0 else []
+    code, objects = rendered_objects(spec, tmp_path)
     return code, objects, spec
 
 

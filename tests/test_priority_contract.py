@@ -18,9 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+from stack_files import rendered_objects
 
-from inferstack.cli import main
 from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
 from inferstack.serving.pods import priority_value
@@ -31,12 +30,9 @@ BBR_FILTER = "envoy.filters.http.ext_proc.bbr"
 
 
 def render(spec: StackSpec, out: Path) -> list[dict]:
-    stacks = out / "stacks"
-    stacks.mkdir(parents=True)
-    (stacks / "s.py").write_text("from inferstack.spec import StackSpec\n"
-                                 f"stack = StackSpec.model_validate_json({spec.model_dump_json(exclude_none=True)!r})\n")
-    assert main(["render", "s", "--stacks-dir", str(stacks), "--out", str(out / "out")]) == 0
-    return [yaml.safe_load(p.read_text()) for p in sorted((out / "out" / "kubernetes").glob("*.yaml"))]
+    code, objects = rendered_objects(spec, out)
+    assert code == 0
+    return objects
 
 
 @pytest.fixture(scope="module", params=[("istio", True), ("istio", False), ("agentgateway", True)])

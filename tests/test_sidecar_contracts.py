@@ -24,12 +24,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from stack_files import rendered_objects
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_serving_features import edited  # noqa: E402
 
-from inferstack.cli import main
 from inferstack.spec import StackSpec
 from inferstack.stacks import load_stack
 
@@ -42,12 +41,9 @@ TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def render(spec: StackSpec, out: Path) -> list[dict]:
-    stacks = out / "stacks"
-    stacks.mkdir(parents=True)
-    (stacks / "s.py").write_text("from inferstack.spec import StackSpec\n"
-                                 f"stack = StackSpec.model_validate_json({spec.model_dump_json(exclude_none=True)!r})\n")
-    assert main(["render", "s", "--stacks-dir", str(stacks), "--out", str(out / "out")]) == 0
-    return [yaml.safe_load(p.read_text()) for p in sorted((out / "out" / "kubernetes").glob("*.yaml"))]
+    code, objects = rendered_objects(spec, out)
+    assert code == 0
+    return objects
 
 
 @pytest.fixture(scope="module", params=["istio", "agentgateway"])

@@ -76,7 +76,8 @@ def prefill_name(service: str) -> str:
 def prefill_engine(model: ModelServiceSpec) -> ModelServiceSpec:
     """The service's prefill role as an engine of its own: the same model, precision, adapters and attention
     backend, the role's parallelism, pool and scaling; no traffic or SLO (the service's). A draft that NIXL hashes
-    stays (the prefill engine loads it and never drafts with it); any other draft is decode's alone."""
+    stays (the prefill engine runs it over the prompt, and its KV cache moves to decode with the model's); any other
+    draft is decode's alone."""
     assert model.disaggregation is not None
     role = model.disaggregation.prefill
     speculative = model.speculative

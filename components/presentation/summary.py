@@ -230,8 +230,8 @@ def serving_features(model: ModelServiceSpec, result: Fit) -> list[str]:
         draft = (f"a {result.draft_bytes_per_device / GIB:.2f} GiB draft per GPU" if result.draft_bytes_per_device
                  else "no draft weights")
         if model.pd_role == "prefill":
-            lines.append(f"speculative decoding: {draft}, loaded and never drafted with: NIXL hashes the draft, so "
-                         "the prefill role carries decode's")
+            lines.append(f"speculative decoding: {draft}, decode's draft run over each prompt so its KV cache moves "
+                         "to decode with the model's (NIXL hashes the draft into the handshake)")
         else:
             lines.append(f"speculative decoding: {draft}; "
                          f"{speculative.latency_note(model, model.autoscaling.max_replicas)}")
