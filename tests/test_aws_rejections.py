@@ -132,3 +132,14 @@ def test_existing_subnets_are_ordered_by_the_pool_s_zones():
     ids, zones = ["subnet-0a", "subnet-0b", "subnet-0c"], ["us-east-1a", "us-east-1b", "us-east-1c"]
 
     assert subnets_in_zones(ids, zones, ["us-east-1c", "us-east-1a"], "p") == ["subnet-0c", "subnet-0a"]
+
+
+def test_an_efa_pool_outside_any_placement_group_is_refused_at_spec_time():
+    """policies/network.py efa-placement-and-security-group (mandatory) refuses an EFA launch template with neither a
+    placement group nor a capacity reservation; the spec refuses the same pool at the field, so it never gets as far
+    as the policy's exit 1."""
+    error = rejection(spec({"name": "h100", "instance_types": ["p5.48xlarge"], "max_nodes": 2,
+                            "capacity": {"on_demand_base": 0, "spot": True},
+                            "efa": {"enabled": True, "create_placement_group": False}}))
+    assert error.path == "node_pools[0].efa.create_placement_group"
+    assert "efa-placement-and-security-group" in error.problem and "create_placement_group to true" in error.fix

@@ -195,15 +195,15 @@ def test_each_plan_becomes_a_nodepool_with_its_types_limit_labels_and_taints(nam
 
 def test_serving_pool_never_consolidates_or_expires_a_node_with_a_loaded_model():
     """Section 5: WhenEmpty never takes a node with pods on it; a 0-node budget for Drifted holds drift outside the
-    maintenance window; expiry is forceful and ignores budgets, so serving nodes never expire; without
-    terminationGracePeriod, karpenter.sh/do-not-disrupt pods keep drift off their node."""
+    maintenance window; expiry is forceful and ignores budgets, so serving nodes never expire; a
+    terminationGracePeriod of the 120 s notice bounds do-not-disrupt pods on drift and interruption."""
     for body in objects(POOLS["efa-h100-odcr"])[1]:
         disruption = body["spec"]["disruption"]
         assert disruption["consolidationPolicy"] == "WhenEmpty"
         closed = [b for b in disruption["budgets"] if b["nodes"] == "0"]
         assert closed and all(b["reasons"] == ["Drifted"] and "schedule" in b for b in closed)
         assert body["spec"]["template"]["spec"]["expireAfter"] == "Never"
-        assert "terminationGracePeriod" not in body["spec"]["template"]["spec"]
+        assert body["spec"]["template"]["spec"]["terminationGracePeriod"] == "120s"  # planning's spot notice
     summary = disruption_summary(POOLS["efa-h100-odcr"], WINDOW)
     assert summary["consolidation_policy"] == "WhenEmpty" and summary["serving_pods_block_disruption"]
 

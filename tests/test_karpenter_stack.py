@@ -190,17 +190,29 @@ def test_the_spec_names_the_window_for_drift_replacements():
                            "duration": "20h"}]
 
 
-def test_serving_pods_keep_karpenter_off_their_node(rendered):
-    """Section 5: karpenter.sh/do-not-disrupt blocks consolidation and, on a NodePool without
-    terminationGracePeriod, drift, while the pod runs."""
+def test_serving_pods_keep_consolidation_off_and_are_drained_on_interruption_and_drift(rendered):
+    """karpenter.sh/do-not-disrupt keeps consolidation (graceful) off a serving node; a NodePool's
+    terminationGracePeriod lets interruption and drift (eventual) drain those pods anyway, deleting each at the
+    node's grace less the pod's (kubernetes-sigs/karpenter v1.14.1 pkg/apis/v1/nodeclaim.go:57-73,
+    pkg/controllers/disruption/types.go:49-50 and 189-192, node/termination/terminator/terminator.go:140-176), so a
+    serving pod stops within the spot notice (planning/interruption.py SERVING_BUDGET)."""
+    from inferstack.planning.interruption import SERVING_BUDGET
+
     resources, objects, _ = rendered
     deployments = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["namespace"] == "inference"
                    and any(c["name"] == "vllm" for c in o["spec"]["template"]["spec"]["containers"])]
     assert len(deployments) == 3
     for deployment in deployments:
         assert deployment["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
-    serving_pools = [o for o in objects if o["kind"] == "NodePool"]
-    assert all("terminationGracePeriod" not in p["spec"]["template"]["spec"] for p in serving_pools)
+        pod_grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        pool_name = deployment["spec"]["template"]["spec"]["nodeSelector"]["inferstack.dev/pool"]
+        pools = [o for o in objects if o["kind"] == "NodePool"
+                 and o["spec"]["template"]["metadata"]["labels"]["inferstack.dev/pool"] == pool_name]
+        assert pools, deployment["metadata"]["name"]
+        for pool in pools:
+            grace = pool["spec"]["template"]["spec"]["terminationGracePeriod"]
+            seconds = int(grace.removesuffix("s"))
+            assert pod_grace <= seconds <= SERVING_BUDGET.notice_seconds, (pool["metadata"]["name"], grace)
 
 
 def test_node_objects_wait_for_the_nodes_access_entry(rendered):

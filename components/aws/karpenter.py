@@ -119,6 +119,7 @@ class KarpenterAws(pulumi.ComponentResource):
                 queue_arn=v[3],
             )
         )
+        attachments = []
         for controller_policy in karpenter_iam.CONTROLLER_POLICIES:
             policy = iam.Policy(
                 f"{name}-{controller_policy.segment}",
@@ -127,16 +128,18 @@ class KarpenterAws(pulumi.ComponentResource):
                 policy=scope.apply(lambda s, build=controller_policy.document: json.dumps(build(s))),
                 opts=child,
             )
-            iam.RolePolicyAttachment(
+            attachments.append(iam.RolePolicyAttachment(
                 f"{name}-{controller_policy.segment}-attachment", role=role.name, policy_arn=policy.arn, opts=child
-            )
+            ))
         association = eks.PodIdentityAssociation(
             f"{name}-controller-identity",
             cluster_name=cluster.name,
             namespace=NAMESPACE,
             service_account=SERVICE_ACCOUNT,
             role_arn=role.arn,
-            opts=child,
+            # The controller release waits for this association, so on teardown the policies are detached only once
+            # the controller (deleted after its NodePools and EC2NodeClasses) is gone: it terminates nodes with them.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=attachments),
         )
         node_access = eks.AccessEntry(
             f"{name}-nodes",

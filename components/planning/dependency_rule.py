@@ -51,6 +51,18 @@ WEBHOOK_SERVERS: Mapping[str, str] = {"networking.istio.io": "istiod"}
 GATEWAY_CLASS_CONTROLLERS: Mapping[str, str] = {"istio": "istiod", "agentgateway": "agentgateway"}
 # Karpenter's node objects (EC2NodeClass, NodePool): the nodes they launch need their role's access entry.
 KARPENTER_NODE_GROUPS = frozenset({"karpenter.sh", "karpenter.k8s.aws"})
+# Teardown waits: Pulumi deletes a resource before what it depends on (pulumi.com/docs/iac/concepts/resources/options/
+# dependson: dependsOn orders creation, update and deletion), so these edges make `pulumi destroy` remove Karpenter's
+# node objects while its controller runs, and the controller before its credentials. The controller's finalizers on
+# NodePools, EC2NodeClasses and NodeClaims terminate the instances; once it is gone they hang and the instances keep
+# running (Karpenter's troubleshooting guide on uninstalling; terraform-aws-eks's karpenter example removes the
+# node objects before the controller and its IAM and Pod Identity).
+TEARDOWN_KARPENTER_OBJECTS = (
+    "teardown ordering: deleted while the Karpenter controller runs, whose finalizers terminate its instances"
+)
+TEARDOWN_POLICIES = (
+    "teardown ordering: the controller reached through this association keeps its policies until it is deleted"
+)
 # Charts whose pods are DaemonSets for the GPU nodes: the node groups are the nodes those pods need.
 NODE_AGENT_CHARTS = frozenset({"gpu-operator", "aws-efa-k8s-device-plugin"})
 # Reference fields of Kubernetes objects: key -> the kind it names when the reference does not say.
@@ -226,6 +238,8 @@ class DependencyRule:
             (dependency.get("inputs") or {}).get("type") == "EC2_LINUX"
         ):
             return "the nodes Karpenter launches for it join the cluster through this access entry"
+        if group in KARPENTER_NODE_GROUPS and installer(dependency) == "karpenter":
+            return TEARDOWN_KARPENTER_OBJECTS
         if installer(dependent) in NODE_AGENT_CHARTS and dependency["type"] == "aws:eks/nodeGroup:NodeGroup" and (
             _taints(dependency)
         ):
@@ -299,6 +313,10 @@ def _aws(dependent: Resource, dependency: Resource) -> str | None:
         return "EKS assumes the cluster role, with its policy, when it creates the cluster"
     if kind == "aws:eks/addon:Addon" and needed == "aws:eks/nodeGroup:NodeGroup" and not _taints(dependency):
         return "the add-on runs pods: it turns active once nodes run them"
+    if kind == "aws:eks/podIdentityAssociation:PodIdentityAssociation" and (
+        needed == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+    ):
+        return TEARDOWN_POLICIES
     if kind == "aws:ec2/natGateway:NatGateway" and needed == "aws:ec2/internetGateway:InternetGateway":
         return "a public NAT gateway needs the VPC's internet gateway"
     if kind == "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration" and (

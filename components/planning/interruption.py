@@ -47,6 +47,9 @@ class InterruptionBudget:
 
 
 SERVING_BUDGET = InterruptionBudget(SPOT_NOTICE_SECONDS, PRE_STOP_SECONDS, TERMINATION_GRACE_SECONDS)
+# A serving NodePool's terminationGracePeriod: the whole notice. Karpenter deletes a do-not-disrupt pod at
+# (node period - pod grace), so a serving pod starts stopping 30 s into the notice and is gone by its end.
+SERVING_NODE_TERMINATION_GRACE = f"{SERVING_BUDGET.notice_seconds}s"
 
 
 def spot_pools(spec: StackSpec) -> list[str]:

@@ -81,6 +81,14 @@ def _online_baseline_refusals(
             f"pool {pool.name!r} {keeps} {held} on-demand node{'s' if held != 1 else ''} {scale}, but the "
             f"minimum replicas of its online services {listed} need {needed} node{'s' if needed != 1 else ''} of {hardware.primary.name}: "
             f"{rest}",
-            f"raise {field} to {needed}, lower those services' autoscaling.min_replicas, or set their tier to "
-            "'standard'",
+            _fix(pool, field, needed, karpenter),
         )
+
+
+def _fix(pool, field: str, needed: int, karpenter: bool) -> str:
+    """Fixes the spec accepts: min_nodes and on_demand_base may not exceed max_nodes (spec/checks.py min_max), so
+    raising one past max_nodes names max_nodes too."""
+    raise_it = f"raise {field} to {needed}"
+    if field != "max_nodes" and needed > pool.max_nodes:
+        raise_it = f"raise max_nodes and {field} to {needed} (max_nodes is {pool.max_nodes})"
+    return f"{raise_it}, lower those services' autoscaling.min_replicas, or set their tier to 'standard'"

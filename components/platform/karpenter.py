@@ -89,8 +89,12 @@ class Karpenter(pulumi.ComponentResource):
         )
         # A node launched before its role's access entry exists cannot join; Karpenter deletes it after its
         # registration timeout and tries again, so the node objects wait for the entry.
+        # They also wait for the controller, so that Pulumi (which deletes a resource before what it depends on) deletes
+        # them while the controller still runs: its finalizers on NodePools, EC2NodeClasses and NodeClaims terminate
+        # the instances; with the controller gone first they hang and the instances keep running outside the state.
         after_crds = pulumi.ResourceOptions(
-            parent=self, depends_on=[crds, *([args.node_access] if args.node_access is not None else [])]
+            parent=self,
+            depends_on=[crds, controller, *([args.node_access] if args.node_access is not None else [])],
         )
         self.node_classes, self.node_pools = {}, {}
         for pool in spec.node_pools:

@@ -23,6 +23,7 @@ from inferstack.aws.node_pool import (
 )
 from inferstack.catalog.karpenter import FACTS
 from inferstack.conventions import KARPENTER_CAPACITY_LABEL
+from inferstack.planning.interruption import SERVING_NODE_TERMINATION_GRACE
 from inferstack.planning.node_groups import NodeGroupPlan, plan_node_groups
 from inferstack.spec import MaintenanceWindowSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
@@ -52,7 +53,7 @@ BATCH_EXPIRE_AFTER = "720h"
 SERVING_CONSOLIDATE_AFTER = "30m"
 # Batch nodes go as soon as they are idle or their jobs fit elsewhere; a job gets this long to finish or
 # checkpoint when its node drifts (without it, do-not-disrupt pods hold a drifted node forever). Serving pools
-# set none, so karpenter.sh/do-not-disrupt keeps drift off a node while it serves.
+# set planning's interruption notice, so an interruption or a drift inside the window drains serving pods in time.
 BATCH_CONSOLIDATE_AFTER = "5m"
 BATCH_TERMINATION_GRACE = "2h"
 
@@ -191,7 +192,9 @@ def _disruption(pool: NodePoolSpec, window: MaintenanceWindowSpec) -> dict[str, 
 def _lifetime(pool: NodePoolSpec) -> dict[str, str]:
     """expireAfter, and for batch the longest a drain may wait (section 5)."""
     if pool.role == "serving":
-        return {"expireAfter": SERVING_EXPIRE_AFTER}
+        # Without it karpenter.sh/do-not-disrupt holds interruption drains and drift forever (kubernetes-sigs/karpenter
+        # v1.14.1 pkg/apis/v1/nodeclaim.go:57-73, pkg/controllers/disruption/types.go:189-192).
+        return {"expireAfter": SERVING_EXPIRE_AFTER, "terminationGracePeriod": SERVING_NODE_TERMINATION_GRACE}
     return {"expireAfter": BATCH_EXPIRE_AFTER, "terminationGracePeriod": BATCH_TERMINATION_GRACE}
 
 

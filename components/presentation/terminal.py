@@ -437,7 +437,8 @@ def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Wa
                 for b in budgets
             )
             drain = (
-                "serving pods keep Karpenter off their node" if disruption["serving_pods_block_disruption"]
+                f"serving pods keep consolidation off their node; interruption and drift drain them within "
+                f"{keep(disruption['termination_grace_period'])}" if disruption["serving_pods_block_disruption"]
                 else f"a drain waits up to {keep(disruption['termination_grace_period'])}"
             )
             say(console,

@@ -142,8 +142,8 @@ def _multi_node_env(route: Transport) -> list[dict[str, str]]:
 def pod_annotations(spec: StackSpec, model: ModelServiceSpec, route: Transport) -> dict[str, Any]:
     """A pod's annotations: the model it serves and the spec's word that an image the catalog does not list carries
     the EFA stack (both for the policy pack), and under Karpenter `karpenter.sh/do-not-disrupt`, which keeps
-    consolidation and drift off a node while it serves a loaded model (its NodePool sets no terminationGracePeriod;
-    shared/reference/karpenter.md 5)."""
+    consolidation off a node while it serves a loaded model; its NodePool's terminationGracePeriod (planning's spot
+    notice) still lets interruption and drift inside the maintenance window drain it (shared/reference/karpenter.md 5)."""
     annotations = {MODEL_ANNOTATION: model.model}
     if route.kind == "efa" and route.efa is None:
         annotations[IMAGE_PROVIDES_EFA_ANNOTATION] = "true"

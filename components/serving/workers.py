@@ -30,7 +30,7 @@ from pulumi_kubernetes.batch.v1 import CronJob, Job
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 
 from inferstack.catalog.charts import IMAGES
-from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT
+from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, KARPENTER_DO_NOT_DISRUPT
 from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.serving import names, pods
 from inferstack.serving.autoscaling import KEDA_API_VERSION
@@ -409,7 +409,12 @@ class BatchJob(pulumi.ComponentResource):
                 "podFailurePolicy": {
                     "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
                 },
-                "template": {"metadata": {"labels": {**labels, **queue_labels}}, "spec": {**pod_spec, "volumes": volumes}},
+                # Under Karpenter consolidation must not evict a running index; the pool's terminationGracePeriod bounds it.
+                "template": {
+                    "metadata": {"labels": {**labels, **queue_labels},
+                                 **({"annotations": {KARPENTER_DO_NOT_DISRUPT: "true"}} if spec.platform.karpenter else {})},
+                    "spec": {**pod_spec, "volumes": volumes},
+                },
             }
 
         prefetch_text = prefetch_script(model, hardware, args.weights_bucket)

@@ -146,6 +146,38 @@ def _check_efa(path: str, hardware: PoolHardware) -> None:
             f"an existing placement group {efa.placement_group!r} is named and create_placement_group is true",
             "set create_placement_group to false to use the existing group, or drop placement_group",
         )
+    _check_efa_placement(path, hardware.spec)
+
+
+def _check_efa_placement(path: str, pool: NodePoolSpec) -> None:
+    """The mandatory `efa-placement-and-security-group` policy (policies/network.py) refuses an EFA launch
+    template with no placement group and no capacity reservation. A pool without a placement group (neither
+    created nor named) has such a template for every node a reservation does not back: all of them without a
+    reservation, and the burst above `on_demand_base` with one (aws/node_pool.py: burst groups use a template
+    without the reservation target; planning/node_groups.py sizes the burst max_nodes - on_demand_base)."""
+    efa = pool.efa
+    if efa.create_placement_group or efa.placement_group is not None:
+        return
+    reservation = pool.capacity.reservation
+    if reservation is None:
+        raise SpecError(
+            f"{path}.efa.create_placement_group",
+            "false with no efa.placement_group and no capacity reservation: the pool's EFA nodes would launch "
+            "in no cluster placement group, which the mandatory efa-placement-and-security-group policy refuses",
+            "set create_placement_group to true, name an existing cluster placement group in efa.placement_group, "
+            "or back the pool with a capacity reservation or block",
+        )
+    burst = pool.max_nodes - pool.capacity.on_demand_base
+    if burst > 0:
+        raise SpecError(
+            f"{path}.efa.create_placement_group",
+            f"false with no efa.placement_group: the reservation backs {pool.capacity.on_demand_base} node"
+            f"{'s' if pool.capacity.on_demand_base != 1 else ''}, but the {burst} burst node{'s' if burst != 1 else ''} "
+            f"above it (max_nodes {pool.max_nodes}) would launch in no cluster placement group, which the "
+            "mandatory efa-placement-and-security-group policy refuses",
+            f"set create_placement_group to true, name an existing cluster placement group in efa.placement_group, "
+            f"or lower max_nodes to on_demand_base ({pool.capacity.on_demand_base})",
+        )
 
 
 def _check_nvme(path: str, hardware: PoolHardware) -> None:
