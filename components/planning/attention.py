@@ -58,11 +58,6 @@ def default_backend(model: ModelServiceSpec, gpu: Gpu) -> str | None:
     return next((name for name in priorities(arch.attention, _capability(gpu)[0]) if supported(name, model, gpu)), None)
 
 
-def engine_backend(model: ModelServiceSpec, gpu: Gpu) -> str | None:
-    """What the engine runs: the spec's backend, else vLLM's default."""
-    return model.attention_backend or default_backend(model, gpu)
-
-
 def paired_backend(model: ModelServiceSpec, decode: Gpu, prefill: Gpu) -> tuple[str | None, bool]:
     """(backend, pinned) for both roles of a disaggregated service. Unpinned when both GPUs pick the same backend
     by default (or the spec names one); otherwise the first backend of the decode GPU's order that both run, pinned
