@@ -112,7 +112,8 @@ def _add_diff_command(commands) -> None:
     diff = commands.add_parser(
         "diff",
         help="what a change does before `pulumi up`: added, updated, replaced (and why), deleted resources, rolling "
-        "node groups, GPUs and $/h, downtime (exit 3 when a protected or GPU-serving resource is replaced)",
+        "node groups, GPUs and $/h, downtime (exit 3 when a protected or GPU-serving resource is replaced, GPU nodes roll or drift under "
+        "Karpenter, or GPU capacity is deleted while services serve)",
     )
     diff.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
     diff.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
@@ -126,7 +127,8 @@ def _add_diff_command(commands) -> None:
 
 def _diff(args: argparse.Namespace) -> int:
     """Compare the stack now with a render or a revision; 3 when a protected or GPU-serving resource is
-    replaced, 0 otherwise, 2 on bad input."""
+    replaced, a GPU node group rolls, Karpenter replaces a pool's nodes (drift) or GPU capacity is deleted while
+    services serve; 0 otherwise, 2 on bad input."""
     from inferstack.presentation import diff
     from inferstack.spec import SpecError
     from inferstack.stacks import StackNotFound, errors_named_by, load_validated, stack_file

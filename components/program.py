@@ -72,6 +72,7 @@ def karpenter_args(spec: StackSpec, aws: AwsFoundation) -> KarpenterArgs | None:
         },
         depends_on=[aws.karpenter.controller_identity],
         node_access=aws.karpenter.node_access,
+        system_network=KarpenterPoolNetwork(aws.karpenter.cluster_subnet_ids, [aws.karpenter.cluster_security_group_id]),
     )
 
 

@@ -129,6 +129,7 @@ class NodeGroupView:
     instance_types: tuple[str, ...]
     min_size: int
     max_size: int
+    desired_size: int     # the size it is created at
     launch_template: PolicyResource | None
     asg_tags: dict[str, str] = field(default_factory=dict)  # tags set on its Auto Scaling group
     advertised: dict[str, int] | None = None  # None: unknown (the stack installs no GPU operator)
@@ -141,9 +142,10 @@ class NodeGroupView:
 
     @property
     def baseline_nodes(self) -> int:
-        """Nodes it holds for a minimum of replicas: a node group's minimum size; a Karpenter NodePool keeps none
-        running but launches up to its node limit as soon as pods need them."""
-        return self.max_size if self.is_karpenter else self.min_size
+        """Nodes it holds for a minimum of replicas: a node group's size at creation (its minimum, or a Capacity
+        Block group's block size: its minimum is 0 so EKS can empty it before the block ends); a Karpenter NodePool
+        keeps none running but launches up to its node limit as soon as pods need them."""
+        return self.max_size if self.is_karpenter else self.desired_size
 
     @property
     def efa_devices(self) -> int:
@@ -284,6 +286,7 @@ def node_groups(resources: Sequence[PolicyResource]) -> list[NodeGroupView]:
             instance_types=types,
             min_size=whole(scaling.get("minSize"), 0),
             max_size=whole(scaling.get("maxSize"), 0),
+            desired_size=whole(scaling.get("desiredSize"), whole(scaling.get("minSize"), 0)),
             launch_template=template,
             asg_tags=_asg_tags(resource, asg_tags),
         )
@@ -322,6 +325,7 @@ def _karpenter_views(resources: Sequence[PolicyResource], operator: OperatorConf
             instance_types=_requirement(props, INSTANCE_TYPE_LABEL),
             min_size=0,
             max_size=whole(dig(props, "spec", "limits", "nodes"), 0),
+            desired_size=0,
             launch_template=None,
             node_class=classes.get(text(dig(props, "spec", "template", "spec", "nodeClassRef", "name"))),
         )

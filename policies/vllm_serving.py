@@ -34,11 +34,12 @@ from inferstack.policies.workloads import (
     selector_matches,
     workload,
 )
+from inferstack.spec.architecture import catalog_stored_format
 
 PROBES = ("startupProbe", "readinessProbe")
 REQUESTS = ("cpu", "memory")
 PDB = "PodDisruptionBudget"
-FP8_KV_FROM_COMPUTE_CAPABILITY = 9.0  # Hopper and newer have FP8 tensor cores
+FP8_KV_FROM_COMPUTE_CAPABILITY = (9, 0)  # Hopper and newer have FP8 tensor cores
 
 
 def _has_request(container: Mapping[str, Any], name: str) -> bool:
@@ -209,7 +210,14 @@ vllm_parallel_layout = ResourceValidationPolicy(
 
 def _hopper_or_newer(group_gpu: str | None) -> bool:
     gpu = GPUS.get(group_gpu or "")
-    return gpu is not None and float(gpu.compute_capability) >= FP8_KV_FROM_COMPUTE_CAPABILITY
+    return gpu is not None and gpu.capability >= FP8_KV_FROM_COMPUTE_CAPABILITY
+
+
+def _auto_kv_cache_dtype(model: str) -> str:
+    """What vLLM runs for an unset --kv-cache-dtype: the KV format a catalog checkpoint stores (a ModelOpt
+    kv_cache_quant_algo FP8), else auto."""
+    stored = catalog_stored_format(model)
+    return "auto" if stored is None else stored.kv_cache_dtype
 
 
 def _fp8_kv_cache(args: StackValidationArgs, report: ReportViolation) -> None:
@@ -223,8 +231,8 @@ def _fp8_kv_cache(args: StackValidationArgs, report: ReportViolation) -> None:
             hopper = [g for g in eligible if _hopper_or_newer(g.instance.gpu.name if g.instance else None)]
             # vLLM's own recipe for some models keeps a 16-bit KV cache on some generations (gpt-oss on Hopper).
             model = template.annotations.get(MODEL_ANNOTATION, "")
-            hopper = [g for g in hopper if fp8_kv_left_out(model, g.instance.gpu.compute_capability) is None]
-            dtype = flag_value(command_tokens(container), "--kv-cache-dtype") or "auto"
+            hopper = [g for g in hopper if fp8_kv_left_out(model, g.instance.gpu) is None]
+            dtype = flag_value(command_tokens(container), "--kv-cache-dtype") or _auto_kv_cache_dtype(model)
             if hopper and not dtype.startswith("fp8"):
                 report(
                     f"{found} runs on {hopper[0].instance.gpu.name} nodes ({', '.join(g.name for g in hopper)}) with "

@@ -143,3 +143,36 @@ def test_an_efa_pool_outside_any_placement_group_is_refused_at_spec_time():
                             "efa": {"enabled": True, "create_placement_group": False}}))
     assert error.path == "node_pools[0].efa.create_placement_group"
     assert "efa-placement-and-security-group" in error.problem and "create_placement_group to true" in error.fix
+
+
+@pytest.mark.parametrize("zones", [[], ["us-east-1a", "us-east-1b"]])
+def test_a_reservation_in_another_region_is_refused_before_its_zone_order(zones):
+    """A Capacity Reservation is for one instance type in one Availability Zone of one region (EC2 User Guide,
+    "Capacity Reservations", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-reservations.html):
+    one in us-west-2 backs nothing in a us-east-1 stack, so "list us-west-2b first" is no fix; the fix is a
+    reservation in the stack's region, or the stack in the reservation's."""
+    error = rejection(spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 2,
+                            "availability_zones": zones,
+                            "capacity": {"on_demand_base": 1,
+                                         "reservation": {"kind": "odcr", "id": "cr-0123456789abcdef0",
+                                                         "availability_zone": "us-west-2b"}}}))
+
+    assert error.path == "node_pools[0].capacity.reservation.availability_zone"
+    assert "cr-0123456789abcdef0 is in us-west-2b, outside the stack's region us-east-1" in error.problem
+    assert "use a reservation in us-east-1" in error.fix and "set region" in error.fix
+    assert "first" not in error.fix
+
+
+def test_a_reservation_zone_the_region_does_not_have_is_refused():
+    """Zones of us-east-1 as EC2 DescribeInstanceTypeOfferings lists them (moto 5.2.5,
+    moto/ec2/resources/instance_type_offerings/availability-zone/us-east-1.json.gz, in catalog/ec2_offerings.json):
+    us-east-1a to us-east-1f; "list us-east-1z first" would only be refused next."""
+    error = rejection(spec({"name": "l4", "instance_types": ["g6.12xlarge"], "max_nodes": 2,
+                            "capacity": {"on_demand_base": 1,
+                                         "reservation": {"kind": "odcr", "id": "cr-0123456789abcdef0",
+                                                         "availability_zone": "us-east-1z"}}}))
+
+    assert error.path == "node_pools[0].capacity.reservation.availability_zone"
+    assert error.problem == "'us-east-1z' is not an availability zone of us-east-1"
+    assert "describe-capacity-reservations --capacity-reservation-ids cr-0123456789abcdef0" in error.fix
+    assert "'us-east-1f'" in error.fix

@@ -88,7 +88,7 @@ def test_a_multi_node_service_on_efa_runs_the_efa_build_with_nccl_routed_through
 
 def test_the_plan_says_which_transport_each_service_uses():
     prod = load_validated(STACKS, "prod")
-    rows = {row["model"]: row for row in placements(prod.stack, prod.auto_placed)}
+    rows = {row["model"]: row for row in placements(prod.stack, {})}
     assert rows["llama-70b-long"]["transport"] == "efa"
     assert "NCCL over EFA" in rows["llama-70b-long"]["transport_detail"] and DEFAULT_EFA_VLLM_IMAGE in rows["llama-70b-long"]["transport_detail"]
     assert {row["transport"] for name, row in rows.items() if name != "llama-70b-long"} == {"in-node"}

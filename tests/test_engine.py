@@ -281,7 +281,7 @@ def test_resources_pulumi_tells_apart_by_urn_get_distinct_names_in_the_recording
     from inferstack.presentation.summary import node_pools, placements, time_to_serving
 
     validated = validate(spec)
-    pools, rows = node_pools(validated.stack), placements(validated.stack, validated.auto_placed)
+    pools, rows = node_pools(validated.stack), placements(validated.stack, {})
     assert [m["model"] for m in time_to_serving(validated.stack, recording, pools, rows)["models"]] == ["foo"]
 
 

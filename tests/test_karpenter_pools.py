@@ -16,7 +16,7 @@ from inferstack.platform.karpenter_pools import (
     AMI_ALIASES,
     NODEPOOL_WEIGHTS,
     disruption_summary,
-    ec2_node_class,
+    ec2_node_classes,
     node_pools,
 )
 from inferstack.catalog.karpenter import FACTS
@@ -60,8 +60,8 @@ POOLS = {
 }
 
 
-def node_class(p: NodePoolSpec) -> dict:
-    return ec2_node_class(
+def node_classes(p: NodePoolSpec) -> list[dict]:
+    return ec2_node_classes(
         p,
         environment=ENV,
         node_role_name="prod-inference-gpu-node",
@@ -72,16 +72,19 @@ def node_class(p: NodePoolSpec) -> dict:
     )
 
 
+def node_class(p: NodePoolSpec) -> dict:
+    """The class of the pool's first plan: its reserved one when it has a reservation."""
+    return node_classes(p)[0]
+
+
 def objects(p: NodePoolSpec) -> tuple[dict, list[dict]]:
-    nc = node_class(p)
-    return nc, node_pools(p, environment=ENV, node_class_name=nc["metadata"]["name"], maintenance_window=WINDOW)
+    return node_class(p), node_pools(p, environment=ENV, maintenance_window=WINDOW)
 
 
 @pytest.mark.parametrize("name", POOLS)
 def test_objects_pass_the_upstream_crd_schemas_and_cel_rules(name):
     """karpenter.k8s.aws EC2NodeClass and karpenter.sh NodePool v1 (v1.14.1 CRDs, shared/schemas): strict, CEL run."""
-    nc, pools = objects(POOLS[name])
-    assert_valid([nc, *pools])
+    assert_valid([*node_classes(POOLS[name]), *node_pools(POOLS[name], environment=ENV, maintenance_window=WINDOW)])
 
 
 @pytest.mark.parametrize("name", POOLS)
@@ -180,7 +183,8 @@ def test_each_plan_becomes_a_nodepool_with_its_types_limit_labels_and_taints(nam
     types; template labels are the node group's (node_labels, the ones Kueue flavors and pods select on) and the
     taints include nvidia.com/gpu=true:NoSchedule (section 9)."""
     p = POOLS[name]
-    nc, pools = objects(p)
+    pools = node_pools(p, environment=ENV, maintenance_window=WINDOW)
+    classes = {c["metadata"]["name"] for c in node_classes(p)}
     plans = plan_node_groups(p)
     assert [o["metadata"]["name"] for o in pools] == [f"{ENV}-{p.name}-{plan.suffix}" for plan in plans]
     for body, plan in zip(pools, plans):
@@ -190,7 +194,8 @@ def test_each_plan_becomes_a_nodepool_with_its_types_limit_labels_and_taints(nam
         assert {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(plan.instance_types)} in template["requirements"]
         assert spec["template"]["metadata"]["labels"] == node_labels(p, PoolHardware(p), plan.capacity_label)
         assert {"key": conventions.GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"} in template["taints"]
-        assert template["nodeClassRef"] == {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nc["metadata"]["name"]}
+        assert template["nodeClassRef"]["group"] == "karpenter.k8s.aws" and template["nodeClassRef"]["kind"] == "EC2NodeClass"
+        assert template["nodeClassRef"]["name"] in classes
 
 
 def test_serving_pool_never_consolidates_or_expires_a_node_with_a_loaded_model():

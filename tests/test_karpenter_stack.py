@@ -65,7 +65,8 @@ def test_karpenter_launches_every_gpu_node(rendered):
     assert [g["name"] for g in groups] == ["karpenter-eks-system"]          # the controller's nodes only
     assert of_type(resources, "aws:ec2/launchTemplate:LaunchTemplate") == []
     classes = {o["metadata"]["name"] for o in objects if o["kind"] == "EC2NodeClass"}
-    assert classes == {"karpenter-h100", "karpenter-l40s", "karpenter-a100-mig"}
+    # The ODCR's NodePool has a class of its own, outside the placement group its spot nodes share (item 5c).
+    assert classes == {"karpenter-h100", "karpenter-h100-reserved", "karpenter-l40s", "karpenter-a100-mig"}
     pools = {o["metadata"]["name"]: o for o in objects if o["kind"] == "NodePool"}
     assert set(pools) == {"karpenter-h100-reserved", "karpenter-h100-spot", "karpenter-l40s-on-demand",
                           "karpenter-l40s-spot", "karpenter-a100-mig-on-demand"}
@@ -109,7 +110,8 @@ def test_the_plan_says_every_first_replica_waits_for_a_new_node(rendered):
 
 
 def test_migrating_from_node_groups_names_the_reloads(tmp_path, capsys):
-    """`inferstack diff` on the same stack rendered with managed node groups first."""
+    """`inferstack diff` on the same stack rendered with managed node groups first: the GPU node groups are deleted
+    while services serve, so the change is blocking (exit 3) and names them (issue 26, item 8)."""
     stacks = tmp_path / "before"
     stacks.mkdir()
     source = (STACKS / "karpenter.py").read_text().replace('    platform=PlatformSpec(node_autoscaler="karpenter"),\n', "")
@@ -117,8 +119,9 @@ def test_migrating_from_node_groups_names_the_reloads(tmp_path, capsys):
     assert main(["render", "karpenter", "--stacks-dir", str(stacks), "--out", str(tmp_path / "out")]) == 0
     capsys.readouterr()
     assert main(["diff", "karpenter", "--stacks-dir", str(STACKS), "--against", str(tmp_path / "out"),
-                 "--format", "json"]) == 0
+                 "--format", "json"]) == 3
     result = json.loads(capsys.readouterr().out)
+    assert result["gpu_capacity_deleted"]
     deleted = {d["type"] for d in result["deleted"]}
     added = {a["type"] for a in result["added"]}
     assert "aws:eks/nodeGroup:NodeGroup" in deleted and "kubernetes:karpenter.sh/v1:NodePool" in added
@@ -183,8 +186,7 @@ def test_the_spec_names_the_window_for_drift_replacements():
     spec["platform"]["maintenance_window"] = {"start_hour_utc": 22, "hours": 4}
     stack = validate(StackSpec.model_validate(spec)).written
     (pool,) = [p for p in stack.node_pools if p.name == "l40s"]
-    for body in node_pools(pool, environment="karpenter", node_class_name="karpenter-l40s",
-                           maintenance_window=stack.platform.maintenance_window):
+    for body in node_pools(pool, environment="karpenter", maintenance_window=stack.platform.maintenance_window):
         closed = [b for b in body["spec"]["disruption"]["budgets"] if b["nodes"] == "0"]
         assert closed == [{"nodes": "0", "reasons": ["Drifted"], "schedule": "0 2 * * *",
                            "duration": "20h"}]

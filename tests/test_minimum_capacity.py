@@ -74,6 +74,18 @@ def test_online_minimum_replicas_beyond_the_on_demand_baseline_are_refused(pool,
     assert fix in error.fix and "tier to 'standard'" in error.fix
 
 
+def test_a_fix_past_max_nodes_raises_max_nodes_too_and_then_validates():
+    """spec/checks.py min_max refuses min_nodes or on_demand_base above max_nodes, so "raise min_nodes to 4" on a
+    pool of at most 2 nodes, whose two services each fit it alone, is a fix the spec would refuse (issue 26, item 7): the fix names max_nodes, and the
+    spec with both raised is accepted."""
+    models = [{**QWEN, "name": name, "autoscaling": {"min_replicas": 2, "max_replicas": 2}} for name in ("a", "b")]
+    error = refusal(stack({"max_nodes": 2, "min_nodes": 1, "capacity": {"on_demand_base": 0, "spot": False}}, *models))
+    assert error.path == "node_pools[0].min_nodes"
+    assert "raise max_nodes and min_nodes to 4 (max_nodes is 2)" in error.fix
+    validate(StackSpec.model_validate(
+        stack({"max_nodes": 4, "min_nodes": 4, "capacity": {"on_demand_base": 0, "spot": False}}, *models)))
+
+
 @pytest.mark.parametrize(
     ("pool", "model"),
     [

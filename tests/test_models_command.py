@@ -15,7 +15,8 @@ import yaml
 from inferstack.catalog import INSTANCE_TYPES
 from inferstack.catalog import models as model_catalog
 from inferstack.cli import EXIT_BAD_INPUT, main
-from inferstack.planning.sizing import fit
+from inferstack.planning.sizing import fit, parallelism_problem
+from inferstack.presentation.models import model_report
 from inferstack.spec import ModelArchitecture, ModelServiceSpec, NodePoolSpec
 from inferstack.spec.hf_config import architecture_from_config
 from inferstack.spec.pools import PoolHardware
@@ -69,7 +70,31 @@ def test_the_text_list_is_a_table_naming_each_model(capsys):
         assert name in out
 
 
-def test_one_model_fits_each_gpu_kind_on_its_smallest_type_at_full_context_and_8192(capsys):
+def layouts_that_load(model: str, gpu: str, context: int) -> list[tuple[int, str, int, bool]]:
+    """Every (GPUs, instance type, tensor_parallel, expert_parallel) of a catalog node of this GPU on which vLLM
+    loads the model and holds one full-length sequence: the split rules (sizing.parallelism_problem, with the block
+    rules of vLLM 0.33.0 in planning/shard_blocks.py) and sizing.fit, tried over every node type, tensor-parallel
+    size and, for an MoE model, with expert parallelism too."""
+    found = []
+    for instance in INSTANCE_TYPES.values():
+        if instance.gpu.name != gpu:
+            continue
+        hardware = PoolHardware(NodePoolSpec(name="p", instance_types=[instance.name], max_nodes=1))
+        for tensor_parallel in (tp for tp in range(1, instance.gpu_count + 1) if instance.gpu_count % tp == 0):
+            for expert_parallel in (None, True):
+                service = ModelServiceSpec(name="check", model=model, pool="p", tensor_parallel=tensor_parallel,
+                                           max_model_len=context, expert_parallel=expert_parallel)
+                if expert_parallel and not service.resolved_architecture.experts:
+                    continue
+                if parallelism_problem(service) is None and fit(service, hardware).starts:
+                    found.append((tensor_parallel, instance.name, tensor_parallel, service.resolved_expert_parallel))
+    return found
+
+
+def test_one_model_fits_each_gpu_kind_on_the_fewest_gpus_at_full_context_and_8192(capsys):
+    """Llama-3.1-8B in 16 bits: one GPU of the smallest type where that holds it; at 131,072 tokens an A10G or L4
+    (22,888 MiB x 0.92 = 20.56 GiB) cannot hold 14.96 GiB of weights plus 16 GiB of KV (131,072 x 131,072 bytes), so
+    two GPUs of a 4-GPU node."""
     status, out, _ = run(capsys, "meta-llama/Llama-3.1-8B-Instruct", "--json")
     assert status == 0
     report = json.loads(out)
@@ -77,25 +102,55 @@ def test_one_model_fits_each_gpu_kind_on_its_smallest_type_at_full_context_and_8
     assert {f["gpu"] for f in report["fits"]} == gpus
     assert {f["context"] for f in report["fits"]} == {131072, 8192}
     for row in report["fits"]:
-        same_gpu = [t for t in INSTANCE_TYPES.values() if t.gpu.name == row["gpu"]]
-        assert row["gpus_per_node"] == min(t.gpu_count for t in same_gpu)
         expected = sized(report["name"], row["instance_type"], row["tensor_parallel"], row["context"])
         assert (row["fits"], row["sequences"], row["kv_cache_tokens"]) == (
             expected.starts, expected.max_concurrency, expected.kv_tokens)
-        if row["tensor_parallel"] > 1:
-            # A node's GPUs are used only when one GPU does not hold the model.
-            assert not sized(report["name"], row["instance_type"], 1, row["context"]).starts
+        # No layout of fewer GPUs loads.
+        assert row["tensor_parallel"] == min(layouts_that_load(report["name"], row["gpu"], row["context"]))[0]
+        if row["tensor_parallel"] == 1:
+            same_gpu = [t for t in INSTANCE_TYPES.values() if t.gpu.name == row["gpu"]]
+            assert row["gpus_per_node"] == min(t.gpu_count for t in same_gpu)
+    a10g_long = next(r for r in report["fits"] if r["gpu"] == "A10G" and r["context"] == 131072)
+    assert (a10g_long["instance_type"], a10g_long["tensor_parallel"]) == ("g5.12xlarge", 2)
 
 
 def test_a_model_one_gpu_cannot_hold_spans_the_nodes_gpus(capsys):
-    """DeepSeek-V3 (671B) needs a whole 8-GPU node wherever it fits at all."""
+    """DeepSeek-V3 (671B, FP8: 626.64 GiB of weights) needs several GPUs wherever it fits, and no 8 x H100 node
+    holds it (8 x 80 GiB x 0.92 = 588.8 GiB)."""
     status, out, _ = run(capsys, "deepseek-ai/DeepSeek-V3", "--json")
     assert status == 0
     report = json.loads(out)
     assert report["kind"] == "MoE" and report["architecture"]["attention"] == "mla"
     for row in report["fits"]:
         if row["fits"]:
-            assert row["tensor_parallel"] == row["gpus_per_node"] > 1
+            assert row["tensor_parallel"] > 1
+    assert not any(row["fits"] for row in report["fits"] if row["gpu"] == "H100")
+
+
+def test_gpt_oss_120b_fits_four_a10gs_at_tensor_parallel_4(capsys):
+    """Issue 27 item 7: one A10G (20.56 GiB) cannot hold gpt-oss-120b's 60.77 GiB, but the catalog's 4-GPU A10G node
+    (g5.12xlarge) does at tensor_parallel 4 (64 heads and 8 KV heads divide by 4; MXFP4 experts are padded, vLLM
+    0.33.0 quantization/mxfp4.py:196); the row says so instead of no."""
+    status, out, _ = run(capsys, "openai/gpt-oss-120b", "--json")
+    assert status == 0
+    for row in (r for r in json.loads(out)["fits"] if r["gpu"] == "A10G"):
+        assert (row["fits"], row["instance_type"], row["tensor_parallel"]) == (True, "g5.12xlarge", 4)
+        expected = sized("openai/gpt-oss-120b", "g5.12xlarge", 4, row["context"])
+        assert row["sequences"] == expected.max_concurrency >= 1
+
+
+@pytest.mark.parametrize("name", sorted(model_catalog.known_model_ids()))
+def test_every_row_agrees_with_the_layouts_vllm_loads(name: str):
+    """Every catalog entry x GPU: a row says fits exactly when some layout of a node of that GPU loads (the split
+    and block rules, then sizing), and then on the fewest GPUs that do; its layout itself passes the rules."""
+    for row in model_report(name)["fits"]:
+        loads = layouts_that_load(name, row["gpu"], row["context"])
+        assert row["fits"] == bool(loads), row
+        if row["fits"]:
+            assert row["tensor_parallel"] == min(loads)[0], row
+            layout = ModelServiceSpec(name="check", model=name, pool="p", tensor_parallel=row["tensor_parallel"],
+                                      max_model_len=row["context"], expert_parallel=row["expert_parallel"])
+            assert parallelism_problem(layout) is None, row
 
 
 def test_a_checkpoint_shows_its_base_model_and_stored_format_with_sources(capsys):

@@ -53,20 +53,31 @@ def test_gpt_oss_120b_holds_its_experts_in_mxfp4_and_the_rest_in_16_bits():
     assert round(weights_bytes(model) / GIB, 2) == 60.77
 
 
-def test_gpt_oss_sliding_window_layers_keep_only_their_window():
-    # 18 full layers keep every token: 2 (K, V) x 8 KV heads x 64 x 2 bytes = 2048 bytes a layer;
-    # 18 window layers keep 128 of a 131072-token sequence: 18 x 2048 x 128 / 131072 = 36 bytes a token.
+def test_gpt_oss_sliding_window_layers_keep_their_window_and_the_in_flight_tokens():
+    """vLLM 0.33.0 v1/kv_cache_interface.py:918-950 (SlidingWindowSpec.max_admission_blocks_per_request): a window
+    layer reserves cdiv(min(window - 1 + in-flight tokens, max_model_len), 16) + 1 blocks of a sequence; in flight
+    are 2 x max_num_batched_tokens (vllm/config/vllm.py:587-609, async scheduling). The old count kept only the
+    128-token window (36,900 bytes a token) and under-counted the reservation by 11%."""
+    # 18 full layers keep every token: 2 (K, V) x 8 KV heads x 64 x 2 bytes = 2048 bytes a layer.
+    # Between steps a window layer holds cdiv(127, 16) + 1 = 9 blocks = 144 tokens:
+    # (18 x 131072 + 18 x 144) x 2048 / 131072 = 36,904.5 bytes a token, rounded up.
     model = service("openai/gpt-oss-120b", max_model_len=131072, max_num_seqs=64)
-    assert kv_bytes_per_token(model) == 18 * 2048 + 36 == 36_900
-    assert kv_formula(model) == "GQA: 2 x 36 layers x 8 KV heads x 64, 18 sliding-window layers keeping 128 tokens"
+    assert kv_bytes_per_token(model) == -(-(18 * 131072 + 18 * 144) * 2048 // 131072) == 36_905
+    assert kv_formula(model) == ("GQA: 2 x 36 layers x 8 KV heads x 64 x 2 bytes; 18 sliding-window layers hold 127 "
+                                 "+ 2 x max_num_batched_tokens in-flight tokens and a block of a sequence, at most "
+                                 "all of it")
     result = fit(model, H100)
+    # On an H100 (8192 batched tokens): cdiv(127 + 2 x 8192, 16) + 1 = 1033 blocks = 16,528 tokens a window layer.
+    per_token = -(-(18 * 131072 + 18 * 16_528) * 2048 // 131072)
+    assert result.kv_bytes_per_token == per_token == 41_513
     # Reserve: runtime 1.5 GiB + one step's activations (8192 batched tokens x 2880 x 40 bytes) + float32
-    # logits of 64 sequences over the 201088-token vocabulary.
+    # logits of 64 sequences over the 201088-token vocabulary. The H100 runs the OAI Triton MXFP4 kernel, whose
+    # 64-multiple intermediate padding leaves 2880 as it is.
     reserve = RUNTIME_RESERVE_BYTES + 8192 * 2880 * 40 + 64 * 201088 * 4
     kv_cache = int(H100_BYTES * 0.92) - 65_250_502_400 - reserve
     assert (result.reserve_bytes_per_device, result.kv_cache_bytes_per_device) == (reserve, kv_cache)
-    assert result.kv_tokens == kv_cache // 36_900 == 302_739
-    assert result.max_concurrency == 302_739 // 131072 == 2        # on one H100, at the full context
+    assert result.kv_tokens == kv_cache // 41_513 == 269_098
+    assert result.max_concurrency == 269_098 // 131072 == 2        # on one H100, at the full context
     assert result.starts and not result.fits                        # 2 of the 64 stated sequences
 
 
@@ -89,7 +100,7 @@ def test_deepseek_v3_latent_attention_caches_a_latent_per_layer_not_per_head():
     heads_formula = 2 * 61 * 128 * 192 * 2                           # what the multi-head formula would say
     assert kv_bytes_per_token(model) == latent == 70_272
     assert heads_formula // latent == 85                             # the old result was that many times too large
-    assert kv_formula(model) == "MLA latent: 61 layers x (512 + 64) values"
+    assert kv_formula(model) == "MLA latent: 61 layers x (512 + 64) values x 2 bytes"
     # FP8 weights, 16-bit embedding and LM head: 129280 x 7168 x 2 matrices.
     embeddings = 129280 * 7168 * 2
     assert weights_bytes(model) == embeddings * 2 + (671_000_000_000 - embeddings) * 1 == 672_853_358_080

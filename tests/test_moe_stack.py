@@ -69,7 +69,7 @@ def test_both_models_plan_and_fit_their_one_node(rendered):
     assert rows["gpt-oss"]["devices_per_replica"] == 1 and rows["gpt-oss"]["fits"]
     assert rows["deepseek"]["devices_per_replica"] == 8 and rows["deepseek"]["fits"]
     assert round(rows["gpt-oss"]["weights_gib"], 1) == 60.8        # MXFP4 experts, not 217.6 GiB of 16 bits
-    assert rows["deepseek"]["kv_formula"] == "MLA latent: 61 layers x (512 + 64) values"
+    assert rows["deepseek"]["kv_formula"] == "MLA latent: 61 layers x (512 + 64) values x 1 byte"
     assert "MXFP4 weight-only (W4A16): H100 has no FP4 tensor cores" in rows["gpt-oss"]["weights"]["kernel"]
     assert rows["deepseek"]["weights"]["kernel"] == "FP8 W8A8 on FP8 tensor cores (as stored)"
 

@@ -62,7 +62,7 @@ PRIMARY = ("p5.48xlarge",)
         ),
         pytest.param(
             {"capacity": {"on_demand_base": 2, "reservation": {"kind": "capacity_block", "id": RESERVATION}}},
-            [("capacity-block", "CAPACITY_BLOCK", "reserved", PRIMARY, 2, 2, 2), ("spot", "SPOT", "spot", BOTH, 0, 2, 0)],
+            [("capacity-block", "CAPACITY_BLOCK", "reserved", PRIMARY, 0, 2, 2), ("spot", "SPOT", "spot", BOTH, 0, 2, 0)],
             id="capacity block",
         ),
     ],
@@ -187,11 +187,12 @@ def test_a_capacity_block_group_names_its_instance_type_in_the_launch_template_o
 
 def test_a_capacity_block_group_stays_in_the_blocks_zone_and_size(block_recording):
     """The create request lists only subnets in the reservation's zone, and the group never grows past the
-    block's instances (capacity-blocks-mng.adoc); the spot burst above it is a separate group."""
+    block's instances (capacity-blocks-mng.adoc); the spot burst above it is a separate group. EKS scales it to 0
+    before the block ends, so its minimum is 0 (tests/test_capacity_block_contract.py)."""
     group, _ = _group_and_template(block_recording, GROUP_CAPACITY_BLOCK)
 
     assert len(group.inputs["subnetIds"]) == 1
-    assert group.inputs["scalingConfig"] == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+    assert group.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
 
 
 def test_groups_off_the_block_keep_their_instance_types_on_the_node_group(block_recording):
@@ -341,9 +342,10 @@ def test_addon_versions_come_from_the_catalog_per_minor():
 
 
 def test_a_kubernetes_version_without_addon_pins_is_refused():
+    from inferstack.catalog.charts import eks_addon_versions
     from inferstack.spec import SpecError
 
     with pytest.raises(SpecError) as caught:
         on_version("1.30")
     assert caught.value.path == "cluster.kubernetes_version"
-    assert "pins no" in str(caught.value) and "1.31, 1.36" in str(caught.value)
+    assert "pins no" in str(caught.value) and ", ".join(eks_addon_versions()) in str(caught.value)

@@ -106,6 +106,11 @@ def expected_warnings(plan: dict) -> list[str]:
                          f"{pool['nodes_for_min_replicas']} nodes")
         if pool["nodes_for_max_replicas"] > pool["nodes"]["max"]:
             found.append(f"node pool {pool['name']}: its models at max replicas need")
+        if pool.get("zone_doubt"):
+            found.append(f"node pool {pool['name']}: {pool['zone_doubt'][:40]}")
+    karpenter = plan.get("karpenter")
+    if karpenter and karpenter["spot_service_linked_role"] and not karpenter["spot_service_linked_role_created"]:
+        found.append("spot NodePools: Karpenter's spot NodePools need the account's EC2 Spot service-linked role")
     for row in plan["placements"]:
         if not row["fits"]:
             found.append(f"model {row['model']}: only {row['max_concurrency_at_full_length']} of its")

@@ -932,13 +932,15 @@ def test_karpenter_stack_passes_every_rule_as_node_groups_do(tmp_path, capsys):
 
 def test_an_efa_node_class_needs_a_placement_group_or_a_reservation(tmp_path, capsys):
     resources = rendered("karpenter")
-    (h100,) = [r for r in karpenter_objects(resources, "EC2NodeClass") if r["inputs"]["metadata"]["name"] == "karpenter-h100"]
-    # Its ODCR keeps the nodes together (it joins no placement group the stack creates): without it, nothing does.
+    (h100,) = [r for r in karpenter_objects(resources, "EC2NodeClass")
+               if r["inputs"]["metadata"]["name"] == "karpenter-h100-reserved"]
+    # The reserved NodePool's ODCR keeps its nodes together (it joins no placement group the stack creates): without
+    # it, nothing does.
     assert "placementGroupSelector" not in h100["inputs"]["spec"]
     del h100["inputs"]["spec"]["capacityReservationSelectorTerms"]
     code, report = check(resources, tmp_path, capsys)
     assert code == 1 and failing(report) == {"efa-placement-and-security-group"}
-    assert "EC2NodeClass karpenter-h100 attaches 32 EFA interfaces but no placement group and no capacity reservation" in (
+    assert "EC2NodeClass karpenter-h100-reserved attaches 32 EFA interfaces but no placement group and no capacity reservation" in (
         messages(report, "efa-placement-and-security-group"))
 
 

@@ -61,7 +61,7 @@ def test_four_bit_checkpoints_run_on_marlin():
         ("meta-llama/Llama-3.1-8B-Instruct", {"auto", "none"}),
         ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", {"auto", "awq", "int4"}),
         ("Qwen/Qwen2.5-72B-Instruct-GPTQ-Int4", {"auto", "gptq", "int4"}),
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", {"auto", "int4"}),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", {"auto", "gptq", "int4"}),   # a GPTQ checkpoint
         ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", {"auto", "int8"}),
         ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", {"auto", "fp8"}),
     ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inferstack.catalog import GPUS
 from inferstack.catalog.vllm_recipes import fp8_kv_left_out
 from inferstack.engine import run_stack
 from inferstack.policies.runner import run_policies
@@ -16,9 +17,9 @@ STACKS = Path(__file__).resolve().parents[1] / "stacks"
 
 
 def test_the_recipe_fact_is_per_generation():
-    assert fp8_kv_left_out("openai/gpt-oss-120b", "9.0") is not None
-    assert fp8_kv_left_out("openai/gpt-oss-120b", "10.0") is None       # Blackwell's recipe sets fp8
-    assert fp8_kv_left_out("meta-llama/Llama-3.3-70B-Instruct", "9.0") is None
+    assert fp8_kv_left_out("openai/gpt-oss-120b", GPUS["H100"]) is not None
+    assert fp8_kv_left_out("openai/gpt-oss-120b", GPUS["B200"]) is None       # Blackwell's recipe sets fp8
+    assert fp8_kv_left_out("meta-llama/Llama-3.3-70B-Instruct", GPUS["H100"]) is None
 
 
 def advised(spec: StackSpec) -> list[str]:

@@ -185,7 +185,7 @@ def test_context_longer_than_the_kv_cache_names_tokens_and_options():
 
 def test_mig_slice_too_small_offers_a_larger_slice_and_whole_gpus():
     error = rejection(stack(A100_MIG, {"model": "Qwen/Qwen3-8B", "mig_profile": "1g.10gb"}))
-    assert error.path == "models[0].quantization"
+    assert error.path == "models[0].mig_profile"  # the change inside the pool; no precision change is offered
     assert "A100-80GB MIG slice 1g.10gb gives 8.57 GiB" in error.problem
     assert "larger slice: mig_profile '3g.40gb'" in error.fix
     assert "(add it to the pool's MIG layout)" not in error.fix.split("larger slice")[1].split(";")[0]
@@ -249,7 +249,9 @@ LLAMA_8B_EMBEDDING = 128_256 * 4_096 * 2   # untied token embedding + LM head = 
     [
         ("meta-llama/Llama-3.1-8B-Instruct", 2.0),
         ("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4", 0.5 + (2 + 0.5) / 128),   # scale + zero per 128
-        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", 0.5 + 2 / 128),          # symmetric: scale only
+        # A GPTQ checkpoint (issue 27): its files hold qzeros per group even when symmetric (vLLM 0.33.0
+        # model_executor/layers/quantization/auto_gptq.py:405-429 registers qzeros whatever `sym` says).
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", 0.5 + (2 + 0.5) / 128),
         ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", 1.0),
         ("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", 1.0),
     ],

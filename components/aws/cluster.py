@@ -18,6 +18,7 @@ from pulumi_aws import eks
 
 from inferstack.aws import iam as policies
 from inferstack.catalog.charts import eks_addon_versions
+from inferstack.catalog.node_amis import release_version
 from inferstack.planning import node_health
 from inferstack.spec import CreateCluster, StackSpec
 
@@ -156,6 +157,7 @@ class EksCluster(pulumi.ComponentResource):
             instance_types=[system.instance_type],
             capacity_type="ON_DEMAND",
             ami_type=SYSTEM_AMI_TYPE,
+            release_version=release_version(SYSTEM_AMI_TYPE, cluster_spec.kubernetes_version),
             disk_size=SYSTEM_DISK_GIB,
             scaling_config=eks.NodeGroupScalingConfigArgs(
                 min_size=system.min_nodes, max_size=system.max_nodes, desired_size=system.min_nodes

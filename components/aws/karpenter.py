@@ -4,7 +4,8 @@ As Karpenter v1.14.1's reference CloudFormation builds them ([cfn], shared/refer
 the controller role with the six managed policies of karpenter_iam, trusted by EKS Pod Identity for
 kube-system/karpenter (section 7.3, as the getting-started guide associates it); an EC2_LINUX access entry so the
 nodes Karpenter launches with the node role can join an API-authenticated cluster (section 7.2); the SQS queue the
-controller reads (`settings.interruptionQueue`) and the five EventBridge rules that send to it (section 6).
+controller reads (`settings.interruptionQueue`) and the five EventBridge rules that send to it (section 6); and, on
+request, the account's EC2 Spot service-linked role that spot launches need.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from inferstack.aws import karpenter_iam
 from inferstack.aws.cluster import ClusterRef
 from inferstack.catalog.charts import chart
 from inferstack.conventions import KARPENTER_SERVICE_ACCOUNT as SERVICE_ACCOUNT
+from inferstack.planning.node_groups import SPOT, plan_node_groups
+from inferstack.spec import StackSpec
 
 NAMESPACE = chart("karpenter").namespace  # where the controller chart is installed (charts.json)
 QUEUE_RETENTION_SECONDS = 300  # [cfn] MessageRetentionPeriod
@@ -29,6 +32,43 @@ QUEUE_RETENTION_SECONDS = 300  # [cfn] MessageRetentionPeriod
 QUEUE_NAME_MAX = 80
 QUEUE_NAME_DIGEST = 8
 NODE_ACCESS_TYPE = "EC2_LINUX"  # EKS grants the node permissions itself (section 7.2)
+
+
+# Karpenter's getting-started guide creates the EC2 Spot service-linked role once per account; without it spot launches
+# fail with AuthFailure.ServiceLinkedRoleCreationNotPermitted. Creating it where it exists fails ("has been taken").
+SPOT_SERVICE = "spot.amazonaws.com"
+SPOT_SERVICE_LINKED_ROLE = "AWSServiceRoleForEC2Spot"
+SPOT_ROLE_COMMAND = f"aws iam create-service-linked-role --aws-service-name {SPOT_SERVICE}"
+
+
+def needs_spot_service_linked_role(spec: StackSpec) -> bool:
+    """A Karpenter NodePool may launch spot: the account needs the EC2 Spot service-linked role."""
+    return spec.platform.karpenter and any(
+        plan.capacity_type == SPOT for pool in spec.node_pools for plan in plan_node_groups(pool)
+    )
+
+
+def spot_service_linked_role_note(spec: StackSpec) -> str | None:
+    """What the plan says of the role: that the stack creates it, or that the account needs it and how to make it."""
+    if not needs_spot_service_linked_role(spec):
+        return None
+    if spec.platform.create_spot_service_linked_role:
+        return f"the stack creates the account's EC2 Spot service-linked role {SPOT_SERVICE_LINKED_ROLE}"
+    return (f"Karpenter's spot NodePools need the account's EC2 Spot service-linked role {SPOT_SERVICE_LINKED_ROLE} "
+            f"(without it spot launches fail with AuthFailure.ServiceLinkedRoleCreationNotPermitted); an account that "
+            f"never used spot lacks it: run `{SPOT_ROLE_COMMAND}` once, or set "
+            "platform.create_spot_service_linked_role")
+
+
+def spot_service_linked_role(name: str, spec: StackSpec, opts: pulumi.ResourceOptions) -> iam.ServiceLinkedRole | None:
+    """The EC2 Spot service-linked role, when the spec asks for it and a NodePool may launch spot."""
+    if not (spec.platform.create_spot_service_linked_role and needs_spot_service_linked_role(spec)):
+        return None
+    return iam.ServiceLinkedRole(
+        f"{name}-spot-service-linked-role",
+        aws_service_name=SPOT_SERVICE,
+        opts=opts,
+    )
 
 
 def interruption_queue_name(cluster_name: str) -> str:
@@ -64,6 +104,8 @@ class KarpenterAws(pulumi.ComponentResource):
     node_role_name: pulumi.Output[str]  # what the EC2NodeClass's `role` must be: the role granted below
     controller_identity: eks.PodIdentityAssociation  # the controller's pods get credentials from it at creation
     node_access: eks.AccessEntry  # lets the nodes Karpenter launches join the cluster
+    cluster_subnet_ids: pulumi.Output[list[str]]
+    cluster_security_group_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: KarpenterAwsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:aws:Karpenter", name, None, opts)
@@ -157,6 +199,9 @@ class KarpenterAws(pulumi.ComponentResource):
         # until the policies are attached); the nodes it launches need their access entry to join.
         self.controller_identity = association
         self.node_access = node_access
+        # Where the opt-in CPU NodePool's nodes go: the cluster's subnets and security group.
+        self.cluster_subnet_ids = cluster.subnet_ids
+        self.cluster_security_group_id = cluster.security_group_id
         self.register_outputs(
             {
                 "controller_role_arn": self.controller_role_arn,

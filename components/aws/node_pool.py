@@ -25,6 +25,7 @@ from pulumi_aws import autoscaling, ec2, eks, vpc
 from inferstack import conventions
 from inferstack.aws.cluster import DESIRED_SIZE, ClusterRef
 from inferstack.aws.node_template import GPU_TAINT, TEMPLATE_PREFIX, node_template_tags, template_resources
+from inferstack.catalog.node_amis import release_version
 from inferstack.planning.node_groups import (
     CAPACITY_BLOCK,
     GROUP_BURST,
@@ -79,21 +80,17 @@ def launch_template_suffix(plan: NodeGroupPlan) -> str:
     return ON_DEMAND_LAUNCH_TEMPLATE if plan.suffix == GROUP_ON_DEMAND else LAUNCH_TEMPLATE
 
 
-# EKS node auto repair (EKS API NodeRepairConfig): a GPU node reloads its models once replaced, so one at a time,
-# and none while more than a fifth of the group is unhealthy (then the fault is not the nodes': Karpenter and
-# EKS's built-in stop use the same 20%, shared/reference/karpenter.md sections 8 and B.2).
+# EKS node auto repair (EKS API NodeRepairConfig): a GPU node reloads its models once replaced, so one at a time.
 REPAIR_PARALLEL_NODES = 1
-REPAIR_MAX_UNHEALTHY_PERCENT = 20
 
 
 def node_repair_config(pool: NodePoolSpec) -> eks.NodeGroupNodeRepairConfigArgs:
+    """No unhealthy-node threshold: EKS's default halts repair only in a group of more than five nodes with more
+    than 20% of them unhealthy (EKS User Guide node-repair.adoc), so a small group always repairs its first sick
+    node, where a 20% threshold would stop a group of one to four nodes at it (planning.node_health states it)."""
     if not pool.auto_repair:
         return eks.NodeGroupNodeRepairConfigArgs(enabled=False)
-    return eks.NodeGroupNodeRepairConfigArgs(
-        enabled=True,
-        max_parallel_nodes_repaired_count=REPAIR_PARALLEL_NODES,
-        max_unhealthy_node_threshold_percentage=REPAIR_MAX_UNHEALTHY_PERCENT,
-    )
+    return eks.NodeGroupNodeRepairConfigArgs(enabled=True, max_parallel_nodes_repaired_count=REPAIR_PARALLEL_NODES)
 
 
 def update_strategy(plan: NodeGroupPlan) -> str:
@@ -332,6 +329,7 @@ class GpuNodePool(pulumi.ComponentResource):
             template = launch_template(launch_template_suffix(plan), plan.reservation, template_type)
             # A cluster placement group, EFA and a zonal reservation all live in one zone.
             single_zone = pool.efa.enabled or plan.reservation is not None
+            # Sized by the autoscaler, or by EKS for a Capacity Block (0 before the block ends, 0 for an upgrade).
             autoscaled = plan.min_size != plan.max_size
             template_tags = autoscaler_tags(pool, hardware, plan)
             group = eks.NodeGroup(
@@ -343,6 +341,11 @@ class GpuNodePool(pulumi.ComponentResource):
                 instance_types=None if template_type else list(plan.instance_types),
                 capacity_type=plan.capacity_type,
                 ami_type=pool.ami_type,
+                # The template names no image, so EKS picks the AMI: pinned, a new release shows in the diff
+                # instead of riding along with the next launch template edit.
+                release_version=args.cluster.kubernetes_version.apply(
+                    lambda minor: release_version(pool.ami_type, minor)
+                ),
                 scaling_config=eks.NodeGroupScalingConfigArgs(
                     min_size=plan.min_size, max_size=plan.max_size, desired_size=plan.desired_size
                 ),

@@ -4,10 +4,13 @@ add-on versions the catalog does not pin, and pool settings its node groups and 
 
 from __future__ import annotations
 
+from datetime import date
+
 from inferstack.aws.foundation import check_resource_names
 from inferstack.aws.network import check_network, cluster_zones, pool_zones
 from inferstack.aws.node_template import GPU_TAINT
-from inferstack.catalog.charts import eks_addon_versions
+from inferstack.catalog.charts import eks_addon_versions, eks_support_calendar
+from inferstack.catalog.offerings import region_zones
 from inferstack.spec import CreateCluster, NodePoolSpec, StackSpec
 from inferstack.spec.checks import region_known
 from inferstack.spec.errors import SpecError, quoted, refusals_of
@@ -41,26 +44,56 @@ def network_refusals(spec: StackSpec) -> list[SpecError]:
 
 
 def _check_addon_pins(spec: StackSpec) -> None:
+    """Every add-on is pinned for the cluster's minor; the refusal says where the minor stands in the EKS release
+    calendar (eks_addons.json "calendar"), so a minor past its end of extended support is not pinned anew."""
     cluster = spec.cluster
     if not isinstance(cluster, CreateCluster):
         return
     pinned = eks_addon_versions()
-    if cluster.kubernetes_version not in pinned:
-        raise SpecError(
-            "cluster.kubernetes_version",
-            f"the add-on catalog pins no vpc-cni, CoreDNS, kube-proxy or Pod Identity agent versions for Kubernetes "
-            f"{cluster.kubernetes_version} (it has {', '.join(pinned)})",
-            "use one of those versions, or add the minor's pins to components/catalog/eks_addons.json",
-        )
+    version = cluster.kubernetes_version
+    if version in pinned:
+        return
+    window = eks_support_calendar().get(version)
+    if window is None:
+        standing = "the EKS release calendar in the catalog has no row for it"
+    elif window.end_of_extended_support is None:
+        standing = "EKS supports it, with no end date in the calendar yet"
+    elif window.supported_on(date.today()):
+        standing = f"EKS supports it until {window.end_of_extended_support.isoformat()}"
+    else:
+        standing = f"{version} left EKS extended support on {window.end_of_extended_support.isoformat()}"
+    raise SpecError(
+        "cluster.kubernetes_version",
+        f"the add-on catalog pins no vpc-cni, CoreDNS, kube-proxy or Pod Identity agent versions for Kubernetes "
+        f"{version} (it has {', '.join(pinned)}); {standing}",
+        "use one of those versions, or add the minor's pins to components/catalog/eks_addons.json "
+        "(from `aws eks describe-addon-versions --kubernetes-version <minor> --addon-name <name>`)",
+    )
 
 
 def _check_reservation_zone(spec: StackSpec, path: str, pool: NodePoolSpec) -> None:
     """A reservation is zonal and the pool's reserved nodes launch in its first zone (aws/node_pool.py: reserved
     and EFA groups use one zone); EC2 starts no instance against a reservation in another zone (EC2 User Guide,
-    "Capacity Reservations": a reservation is for one instance type in one Availability Zone)."""
+    "Capacity Reservations": a reservation is for one instance type in one Availability Zone). A reservation is
+    also regional: one in another region's zone backs nothing in this stack, whichever zone the pool lists first."""
     reservation = pool.capacity.reservation
     if reservation is None or reservation.availability_zone is None:
         return
+    if reservation.availability_zone[:-1] != spec.region:
+        raise SpecError(
+            f"{path}.capacity.reservation.availability_zone",
+            f"{reservation.id} is in {reservation.availability_zone}, outside the stack's region {spec.region}: "
+            "EC2 launches no instance against a reservation in another region",
+            f"use a reservation in {spec.region} (in one of its zones, such as {spec.region}a), or set region to "
+            "the reservation's region",
+        )
+    if reservation.availability_zone not in region_zones()[spec.region]:
+        raise SpecError(
+            f"{path}.capacity.reservation.availability_zone",
+            f"{reservation.availability_zone!r} is not an availability zone of {spec.region}",
+            f"use the zone `aws ec2 describe-capacity-reservations --capacity-reservation-ids {reservation.id}` "
+            f"reports, one of {quoted(region_zones()[spec.region])}",
+        )
     zones = pool_zones(spec, pool)
     if zones and zones[0] != reservation.availability_zone:
         raise SpecError(

@@ -45,6 +45,13 @@ class MigProfile:
         return f"nvidia.com/mig-{self.name}"
 
 
+def parse_capability(text: str) -> tuple[int, int]:
+    """A CUDA compute capability "major.minor" as a comparable pair ("8.9" < "9.0" < "10.0", which strings and
+    floats get wrong past 9.x)."""
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
 @dataclass(frozen=True)
 class Gpu:
     """A GPU model; memory_mib is what EC2 reports, so it matches the instance data exactly."""
@@ -67,10 +74,14 @@ class Gpu:
         return bool(self.mig_profiles)
 
     @property
+    def capability(self) -> tuple[int, int]:
+        return parse_capability(self.compute_capability)
+
+    @property
     def fp4(self) -> bool:
         """FP4 tensor cores (MXFP4, NVFP4): compute capability 10.0 and newer, i.e. Blackwell (NVIDIA Blackwell
         architecture technical brief: fifth-generation tensor cores add FP4; Hopper's stop at FP8)."""
-        return int(self.compute_capability.split(".")[0]) >= 10
+        return self.capability >= (10, 0)
 
     def mig_profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)

@@ -13,15 +13,14 @@ from importlib.resources import files
 from types import MappingProxyType
 from typing import Literal, Mapping
 
+from inferstack.catalog import parse_capability
+
 _RAW = json.loads(files("inferstack.catalog").joinpath("attention_backends.json").read_text(encoding="utf-8"))
 SOURCES: Mapping[str, str] = MappingProxyType(dict(_RAW["sources"]))
 
 
 def _capability(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    major, minor = text.split(".")
-    return int(major), int(minor)
+    return None if text is None else parse_capability(text)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import date
 from importlib.resources import files
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -57,3 +58,29 @@ def eks_addon_versions() -> Mapping[str, Mapping[str, str]]:
     """Kubernetes minor -> EKS managed add-on -> pinned version (eks_addons.json): an unrelated update never
     moves an add-on, which `most_recent` would."""
     return MappingProxyType({minor: MappingProxyType(pins) for minor, pins in _EKS_ADDONS["addons"].items()})
+
+
+@dataclass(frozen=True)
+class SupportWindow:
+    """One minor's row of the EKS release calendar; None where the calendar has no date yet."""
+    end_of_standard_support: date | None
+    end_of_extended_support: date | None
+
+    def supported_on(self, day: date) -> bool:
+        """EKS creates clusters on a minor until its end of extended support: "On the end of extended support
+        date, you can no longer create new Amazon EKS clusters with the unsupported version" (EKS User Guide,
+        kubernetes-versions.adoc, extended support FAQ)."""
+        return self.end_of_extended_support is None or day < self.end_of_extended_support
+
+
+def _day(text: str | None) -> date | None:
+    return None if text is None else date.fromisoformat(text)
+
+
+def eks_support_calendar() -> Mapping[str, SupportWindow]:
+    """Kubernetes minor -> its EKS support window (eks_addons.json "calendar", from the EKS User Guide's
+    release calendar), so a refusal can say when a minor left support."""
+    return MappingProxyType({
+        minor: SupportWindow(_day(row["end_of_standard_support"]), _day(row["end_of_extended_support"]))
+        for minor, row in _EKS_ADDONS["calendar"].items()
+    })

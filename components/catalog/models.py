@@ -25,7 +25,8 @@ MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 )
 # Base model id -> where its architecture, vocabulary and parameter counts were read.
 MODEL_SOURCES: Mapping[str, str] = MappingProxyType(dict(_RAW["model_sources"]))
-# Pre-quantized checkpoint id -> {"base_model", "format" (CheckpointFormat fields), "source"}.
+# Pre-quantized checkpoint id -> {"base_model", "format" (CheckpointFormat fields), optional "download_gb" (the
+# repository's files, where they hold more than the served weights), "source"}.
 CHECKPOINTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["checkpoints"].items()}
 )
@@ -76,6 +77,15 @@ def checkpoint_format(model_id: str) -> Mapping[str, Any] | None:
     """The stored format of a catalog checkpoint (CheckpointFormat fields); None for 16-bit or unknown ids."""
     checkpoint = CHECKPOINTS.get(model_id)
     return None if checkpoint is None else checkpoint["format"]
+
+
+def download_bytes(model_id: str) -> int | None:
+    """The bytes a catalog checkpoint's repository holds, where recorded: DeepSeek's files carry the
+    multi-token-prediction module the served weights leave out. None when the format's width gives the size."""
+    checkpoint = CHECKPOINTS.get(model_id)
+    if checkpoint is None or "download_gb" not in checkpoint:
+        return None
+    return round(checkpoint["download_gb"] * 1e9)
 
 
 def checkpoints_of(model_id: str) -> list[str]:

@@ -34,6 +34,12 @@ def region_zones() -> Mapping[str, Mapping[str, frozenset[str]]]:
     )
 
 
+def zone_names_are_shared(region: str) -> bool:
+    """Whether a zone name means the same physical zone in every account in the region, so the zone-by-zone
+    offerings (one account's view) hold for any account's zone of that name."""
+    return region not in _data()["zone_names_mapped_per_account"]["regions"]
+
+
 def zones_offering(region: str, instance_type: str) -> tuple[str, ...]:
     """The zones of a region that offer a GPU instance type (empty for an unknown region)."""
     return tuple(zone for zone, types in region_zones().get(region, {}).items() if instance_type in types)

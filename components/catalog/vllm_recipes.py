@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from importlib.resources import files
 
+from inferstack.catalog import Gpu
+
 _RAW = json.loads(files("inferstack.catalog").joinpath("vllm_recipes.json").read_text(encoding="utf-8"))
 
 
-def fp8_kv_left_out(model: str, compute_capability: str) -> str | None:
-    """The recipe that serves `model` on this GPU generation without an FP8 KV cache, or None."""
-    major = int(compute_capability.split(".")[0])
+def fp8_kv_left_out(model: str, gpu: Gpu) -> str | None:
+    """The recipe that serves `model` on this GPU's generation without an FP8 KV cache, or None."""
     for entry in _RAW["fp8_kv_cache_left_out"]:
-        if model.startswith(entry["model_prefix"]) and major == entry["compute_capability_major"]:
+        if model.startswith(entry["model_prefix"]) and gpu.capability[0] == entry["compute_capability_major"]:
             return _RAW["sources"][entry["source"]]
     return None

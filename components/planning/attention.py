@@ -17,14 +17,9 @@ from inferstack.spec import ModelServiceSpec
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def _capability(gpu: Gpu) -> tuple[int, int]:
-    major, minor = gpu.compute_capability.split(".")
-    return int(major), int(minor)
-
-
 def unsupported_reason(backend: AttentionBackend, model: ModelServiceSpec, gpu: Gpu) -> str | None:
     """Why `backend` cannot run this model on this GPU, or None when it can."""
-    capability = _capability(gpu)
+    capability = gpu.capability
     arch = model.resolved_architecture
     if backend.attention != arch.attention:
         return f"{backend.name} is for {backend.attention.upper()} models and {model.model} uses {arch.attention.upper()}"
@@ -41,10 +36,11 @@ def unsupported_reason(backend: AttentionBackend, model: ModelServiceSpec, gpu: 
         return f"{backend.name} takes head sizes in multiples of {backend.head_size_multiple}, not {head}"
     if backend.max_head_size is not None and head > backend.max_head_size:
         return f"{backend.name} takes head sizes up to {backend.max_head_size}, not {head}"
-    if model.kv_cache_dtype in FP8_KV and backend.fp8_kv_capability_majors is not None and (
-        model.kv_cache_dtype == "fp8_e5m2" or capability[0] not in backend.fp8_kv_capability_majors
+    kv_dtype = model.resolved_kv_cache_dtype  # a ModelOpt checkpoint's stored FP8 KV under auto
+    if kv_dtype in FP8_KV and backend.fp8_kv_capability_majors is not None and (
+        kv_dtype == "fp8_e5m2" or capability[0] not in backend.fp8_kv_capability_majors
     ):
-        return f"{backend.name} reads no {model.kv_cache_dtype} KV cache on {gpu.name}"
+        return f"{backend.name} reads no {kv_dtype} KV cache on {gpu.name}"
     return None
 
 
@@ -55,7 +51,7 @@ def supported(name: str, model: ModelServiceSpec, gpu: Gpu) -> bool:
 def default_backend(model: ModelServiceSpec, gpu: Gpu) -> str | None:
     """The backend vLLM picks for this model on this GPU when none is given (None: none the catalog knows fits)."""
     arch = model.resolved_architecture
-    return next((name for name in priorities(arch.attention, _capability(gpu)[0]) if supported(name, model, gpu)), None)
+    return next((name for name in priorities(arch.attention, gpu.capability[0]) if supported(name, model, gpu)), None)
 
 
 def paired_backend(model: ModelServiceSpec, decode: Gpu, prefill: Gpu) -> tuple[str | None, bool]:
@@ -67,6 +63,6 @@ def paired_backend(model: ModelServiceSpec, decode: Gpu, prefill: Gpu) -> tuple[
     defaults = default_backend(model, decode), default_backend(model, prefill)
     if defaults[0] == defaults[1]:
         return defaults[0], False
-    order = priorities(model.resolved_architecture.attention, _capability(decode)[0])
+    order = priorities(model.resolved_architecture.attention, decode.capability[0])
     common = next((n for n in order if supported(n, model, decode) and supported(n, model, prefill)), None)
     return common, True

@@ -4,15 +4,21 @@ Each auto service takes the cheapest device that holds its weights plus the KV c
 context x concurrency (max_model_len x max_num_seqs, or one sequence), priced as its share of a node
 (whole GPUs, a MIG slice by compute slices, or a time-sliced/MPS share), within what the pool can
 still hold at max scale after the services placed explicitly. Larger services choose first, so small
-ones pack into the slices and shares that are left. `inferstack.planning.placement` is the free-form planner
+ones pack into the slices and shares that are left. Pool roles bound the choice: an online service considers
+only serving pools, and only those whose on-demand nodes still hold its minimum replicas (the rule
+planning/minimum_capacity.py checks afterwards, so auto never picks a pool that rule then refuses); a batch-tier
+service prefers batch pools. `inferstack.planning.placement` is the free-form planner
 (it also chooses node types and MIG layouts); here the pools and their layouts are given by the spec.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from inferstack.catalog import on_demand_price
+from inferstack.planning.node_groups import on_demand_node_limit, on_demand_nodes_at_min
+from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.planning.sizing import fit, parallelism_problem, stated_sequences, weights_bytes
 from inferstack.spec.errors import SpecError, quoted
 from inferstack.spec import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
@@ -30,8 +36,54 @@ class Candidate:
     memory_bytes: int           # device memory it occupies (the tie-break: smaller first)
 
 
+@dataclass(frozen=True)
+class Considered:
+    """The pools auto placement weighs for one service, in order, those its tier prefers, and what its tier
+    did to the choice (the pools it left out and why, or its preference)."""
+    pools: tuple[str, ...]
+    preferred: frozenset[str]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What auto placement chose for a service, and why: the plan's reason line."""
+    service: str
+    candidate: Candidate
+    considered: Considered
+
+    def reason(self) -> str:
+        chosen = self.candidate
+        return (f"auto chose pool {chosen.model.pool!r} ({chosen.count} x {chosen.resource} a replica, "
+                f"${chosen.usd_per_hour}/h): the cheapest fit among pools {quoted(self.considered.pools)}"
+                + (f"; {self.considered.note}" if self.considered.note else ""))
+
+
 def is_auto(model: ModelServiceSpec) -> bool:
     return AUTO in (model.pool, model.tensor_parallel, model.mig_profile)
+
+
+def is_online(model: ModelServiceSpec) -> bool:
+    """A service whose minimum replicas must run on nodes spot never reclaims (planning/minimum_capacity.py)."""
+    return model.tier == "online" and model.autoscaling.min_replicas > 0
+
+
+def considered_pools(spec: StackSpec, model: ModelServiceSpec, pools: Mapping[str, PoolHardware]) -> Considered:
+    """A named pool alone; for `auto`, the pools the service's tier allows: an online service serving pools
+    only (a batch pool may be all spot), a batch-tier service batch pools first."""
+    if model.pool != AUTO:
+        return Considered((model.pool,), frozenset((model.pool,)))
+    roles = {p.name: p.role for p in spec.node_pools if p.name in pools}
+    batch = [name for name in pools if roles[name] == "batch"]
+    serving = [name for name in pools if roles[name] == "serving"]
+    if is_online(model):
+        note = (f"it left out batch pools {quoted(batch)}: an online service's minimum replicas need "
+                "on-demand nodes, which a batch pool need not keep") if batch else ""
+        return Considered(tuple(serving), frozenset(serving), note)
+    if model.tier == "batch" and batch:
+        return Considered(tuple(batch + serving), frozenset(batch), f"a batch-tier service takes batch pools "
+                          f"{quoted(batch)} first")
+    return Considered(tuple(pools), frozenset(pools))
 
 
 def _share_of_node(hardware: PoolHardware, candidate: ModelServiceSpec) -> float:
@@ -67,10 +119,16 @@ def _shapes(model: ModelServiceSpec, hardware: PoolHardware) -> list[dict]:
     return [{"tensor_parallel": tp, "mig_profile": None} for tp in sizes]
 
 
-def candidates(model: ModelServiceSpec, pools: dict[str, PoolHardware], region: str) -> list[Candidate]:
-    """Every placement of `model` on the stack's pools that fits, cheapest first at on-demand prices in `region`
-    (a pool unpriced there is no candidate)."""
-    names = list(pools) if model.pool == AUTO else [model.pool]
+def candidates(
+    model: ModelServiceSpec, pools: dict[str, PoolHardware], region: str, considered: Considered | None = None
+) -> list[Candidate]:
+    """Every placement of `model` on the pools considered (by default every pool for `auto`) that fits, the
+    preferred pools' first, then cheapest first at on-demand prices in `region` (a pool unpriced there is no
+    candidate)."""
+    if considered is None:
+        names = tuple(pools) if model.pool == AUTO else (model.pool,)
+        considered = Considered(names, frozenset(names))
+    names = list(considered.pools)
     found = []
     for name in names:
         hardware = pools[name]
@@ -94,37 +152,102 @@ def candidates(model: ModelServiceSpec, pools: dict[str, PoolHardware], region: 
                     memory_bytes=result.memory_bytes,
                 )
             )
-    return sorted(found, key=lambda c: (c.usd_per_hour, c.memory_bytes, names.index(c.model.pool)))
+    return sorted(found, key=lambda c: (c.model.pool not in considered.preferred, c.usd_per_hour, c.memory_bytes,
+                                        names.index(c.model.pool)))
 
 
 def resolve_models(spec: StackSpec, pools: dict[str, PoolHardware]) -> tuple[ModelServiceSpec, ...]:
     """The stack's services with every `auto` field decided; raises SpecError when one cannot be placed."""
+    models, _ = _resolve(spec, pools)
+    return models
+
+
+def auto_placement_reasons(spec: StackSpec, pools: Mapping[str, PoolHardware]) -> dict[str, str]:
+    """Service name -> why auto placement put it where it did, for the services it placed."""
+    _, choices = _resolve(spec, pools)
+    return {choice.service: choice.reason() for choice in choices}
+
+
+def _resolve(
+    spec: StackSpec, pools: Mapping[str, PoolHardware]
+) -> tuple[tuple[ModelServiceSpec, ...], list[AutoChoice]]:
+    """The services with `auto` decided, and each choice auto made."""
     if not any(is_auto(m) for m in spec.models):
-        return tuple(spec.models)
+        return tuple(spec.models), []
     free = {name: dict(hardware.max_resources) for name, hardware in pools.items()}
+    online: dict[str, list[tuple[ModelServiceSpec, int]]] = {name: [] for name in pools}
     for model in spec.models:
         if not is_auto(model) and model.pool in pools:
             resource = pools[model.pool].resource_for_slice(model.mig_profile)
             count = model.gpus_per_replica if resource == WHOLE_GPU else 1
             free[model.pool][resource] = free[model.pool].get(resource, 0) - count * model.autoscaling.max_replicas
+            if is_online(model):
+                online[model.pool].append((model, model.autoscaling.min_replicas))
     resolved = {i: m for i, m in enumerate(spec.models) if not is_auto(m)}
+    choices = []
     auto = sorted((i for i, m in enumerate(spec.models) if is_auto(m)), key=lambda i: -weights_bytes(spec.models[i]))
     for index in auto:
         model = spec.models[index]
-        options = candidates(model, pools, spec.region)
+        considered = considered_pools(spec, model, pools)
+        options = candidates(model, pools, spec.region, considered)
         replicas = model.autoscaling.max_replicas
         roomy = [c for c in options if free[c.model.pool].get(c.resource, 0) >= c.count * replicas]
         if not roomy:
-            raise _unplaceable(index, model, options, pools, spec.region)
+            raise _unplaceable(index, model, options, pools, spec.region, considered)
+        if model.pool == AUTO and is_online(model):  # a named pool's baseline is refused at the pool
+            held = [c for c in roomy if _baseline_holds(spec, pools, online[c.model.pool], c.model)]
+            if not held:
+                raise _no_baseline(index, model, roomy, spec, pools)
+            roomy = held
         choice = roomy[0]
         free[choice.model.pool][choice.resource] -= choice.count * replicas
+        if is_online(model):
+            online[choice.model.pool].append((choice.model, model.autoscaling.min_replicas))
         resolved[index] = choice.model
-    return tuple(resolved[i] for i in range(len(spec.models)))
+        choices.append(AutoChoice(model.name, choice, considered))
+    return tuple(resolved[i] for i in range(len(spec.models))), choices
 
 
-def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools, region: str) -> SpecError:
+def _on_demand_nodes(spec: StackSpec, hardware: PoolHardware) -> int:
+    """The pool's never-reclaimed nodes as planning/minimum_capacity.py counts them: Karpenter's on-demand
+    NodePool limits, or the on-demand groups at their minimum size."""
+    pool = hardware.spec
+    return on_demand_node_limit(pool) if spec.platform.karpenter else on_demand_nodes_at_min(pool)
+
+
+def _baseline_holds(spec: StackSpec, pools: dict[str, PoolHardware], already: list, placed: ModelServiceSpec) -> bool:
+    hardware = pools[placed.pool]
+    needed = nodes_for_replicas([*already, (placed, placed.autoscaling.min_replicas)], hardware)
+    return needed <= _on_demand_nodes(spec, hardware)
+
+
+def _no_baseline(index: int, model: ModelServiceSpec, roomy: list[Candidate], spec: StackSpec,
+                 pools: dict[str, PoolHardware]) -> SpecError:
+    names = list(dict.fromkeys(c.model.pool for c in roomy))
+    held = ", ".join(f"{name!r} {_on_demand_nodes(spec, pools[name])}" for name in names)
+    replicas = model.autoscaling.min_replicas
+    return SpecError(
+        f"models[{index}].pool",
+        f"auto placement keeps an online service's minimum replicas on on-demand nodes, and no pool it considered "
+        f"that fits {model.name!r} ({quoted(names)}) has on-demand nodes left for its {replicas} minimum "
+        f"replica{'s' if replicas != 1 else ''} beside the online services already there (on-demand nodes: {held})",
+        f"raise capacity.on_demand_base of one of those pools, set this service's tier to 'standard', or name a "
+        f"pool in models[{index}].pool",
+    )
+
+
+def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools, region: str,
+                 considered: Considered) -> SpecError:
     need = f"{model.max_model_len} tokens x {stated_sequences(model)} sequences"
-    names = list(pools) if model.pool == AUTO else [model.pool]
+    names = list(considered.pools)
+    if not names:
+        return SpecError(
+            f"models[{index}].pool",
+            f"auto placement puts an online service on serving pools only, and the stack has none: "
+            f"{considered.note}",
+            f"add a pool with role 'serving', set this service's tier to 'standard', or name a pool in "
+            f"models[{index}].pool",
+        )
     unpriced = [name for name in names if on_demand_price(pools[name].primary.name, region) is None]
     if not options and unpriced == names:
         return SpecError(
@@ -148,7 +271,7 @@ def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], 
     )
     return SpecError(
         f"models[{index}].{field}",
-        f"auto placement found no device in pools {quoted(pools)} that holds {model.name!r} with its KV cache "
-        f"for {need}{left_out}",
+        f"auto placement found no device in pools {quoted(names)} that holds {model.name!r} with its KV cache "
+        f"for {need}{left_out}" + (f"; {considered.note}" if considered.note else ""),
         "add a pool with larger GPUs, quantize the model, or lower max_model_len / max_num_seqs",
     )

@@ -5,8 +5,9 @@ Its rules, each knowable from the spec alone:
   reserved) node groups at their minimum size. A spot reclaim takes every spot node of a type at once, so
   minimum replicas on spot can all vanish together (the `serving-on-demand-baseline` policy checks the same
   on the rendered node groups).
-- With no node autoscaler a managed node group stays at its desired size, which inferstack sets to its
-  minimum: a pool at zero nodes never gets one, and whatever it is meant to run stays pending.
+- With no node autoscaler a managed node group stays at its desired size, which inferstack creates at its
+  minimum (a Capacity Block group at the block's size, with EKS and operators free to scale it to 0): a pool
+  at zero nodes never gets one, and whatever it is meant to run stays pending.
 - Karpenter keeps no idle node (a NodePool launches nodes for pending pods, up to its limit), so an online
   service's minimum replicas must fit the pool's on-demand and reserved NodePools' node limits
   (shared/reference/karpenter.md sections 4.1 and 5; platform/refusals.py refuses min_nodes under Karpenter).

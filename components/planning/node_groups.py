@@ -38,7 +38,8 @@ class NodeGroupPlan:
 
 
 def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
-    """Baseline group of `on_demand_base` fixed nodes, then a burst group for the rest of `max_nodes`.
+    """Baseline group of `on_demand_base` fixed nodes (a Capacity Block's may drop to 0), then a burst group
+    for the rest of `max_nodes`.
 
     The baseline runs the primary type (the one a reservation is for and prices are quoted for);
     the burst group lists every type of the pool so spot can draw from all their capacity pools, in
@@ -49,14 +50,19 @@ def plan_node_groups(pool: NodePoolSpec) -> list[NodeGroupPlan]:
     groups = []
     if base > 0:
         reservation = capacity.reservation
+        low = base
         if reservation is None:
             suffix, capacity_type, label = GROUP_ON_DEMAND, "ON_DEMAND", "on-demand"
         elif reservation.kind == "capacity_block":
             suffix, capacity_type, label = GROUP_CAPACITY_BLOCK, CAPACITY_BLOCK, "reserved"
+            # Created at the block's size, its nodes launch once the block starts (the Auto Scaling group retries
+            # until then); EKS scales the group to 0 before the block ends, and an upgrade needs it at 0 first
+            # (EKS User Guide, capacity-blocks-mng), so its minimum is 0 and its desired size is EKS's to change.
+            low = 0
         else:
             suffix, capacity_type, label = GROUP_RESERVED, "ON_DEMAND", "reserved"
         groups.append(
-            NodeGroupPlan(suffix, capacity_type, label, (pool.instance_types[0],), base, base, base, reservation)
+            NodeGroupPlan(suffix, capacity_type, label, (pool.instance_types[0],), low, base, base, reservation)
         )
     burst = pool.max_nodes - base
     if burst > 0:
@@ -80,14 +86,32 @@ def burst_instance_types(pool: NodePoolSpec) -> tuple[str, ...]:
     return (primary, *sorted(others))
 
 
+def capacity_block_lifecycle(pool: NodePoolSpec, karpenter: bool) -> str | None:
+    """What a Capacity Block pool's reserved nodes do over the block, as the plan says it (EKS User Guide,
+    capacity-blocks-mng: created at a non-zero desired size the group launches when the block starts; EKS scales it
+    to 0 40 minutes before the block ends; an upgrade needs its desired size at 0. Karpenter selects the block like
+    an ODCR and drains its nodes when it turns `expiring`, 40 minutes before its end: shared/reference/karpenter.md
+    section 4.3)."""
+    reservation = pool.capacity.reservation
+    if reservation is None or reservation.kind != "capacity_block" or pool.capacity.on_demand_base == 0:
+        return None
+    if karpenter:
+        return (f"Capacity Block {reservation.id}: Karpenter launches into it once the block is active and drains "
+                "its nodes 40 min before the block ends")
+    return (f"Capacity Block {reservation.id}: its node group is created at {pool.capacity.on_demand_base} nodes, "
+            "which launch when the block starts; EKS scales it to 0 40 min before the block ends, and an upgrade "
+            "needs its desired size at 0 first (the stack leaves the desired size alone)")
+
+
 def nodes_at_min(pool: NodePoolSpec) -> int:
-    """Nodes the pool runs before any autoscaler acts: every group at its minimum size."""
-    return sum(g.min_size for g in plan_node_groups(pool))
+    """Nodes the pool runs before any autoscaler acts: every group at the size it is created with (its minimum,
+    but for a Capacity Block group, created at the block's size with a minimum of 0)."""
+    return sum(g.desired_size for g in plan_node_groups(pool))
 
 
 def on_demand_nodes_at_min(pool: NodePoolSpec) -> int:
-    """Nodes of the pool's on-demand and reserved groups at their minimum size: those never reclaimed."""
-    return sum(g.min_size for g in plan_node_groups(pool) if g.capacity_type != SPOT)
+    """Nodes of the pool's on-demand and reserved groups as created: those never reclaimed by spot."""
+    return sum(g.desired_size for g in plan_node_groups(pool) if g.capacity_type != SPOT)
 
 
 def on_demand_node_limit(pool: NodePoolSpec) -> int:

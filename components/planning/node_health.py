@@ -1,5 +1,5 @@
-"""GPU node health: where the EKS node monitoring agent watches the GPUs, what it is configured with, and what
-repairs a sick node.
+"""GPU node health: where the EKS node monitoring agent watches the GPUs, what it is configured with, what
+repairs a sick node, and what one failed node costs each pool (node_repair.json: where repair stops).
 
 The agent (an EKS add-on) sets the node conditions node auto repair acts on; AcceleratedHardwareReady, the
 GPU one, is set only by it (shared/reference/karpenter.md sections 8 and B). It reads the GPUs through the
@@ -23,10 +23,14 @@ from typing import Any, Mapping
 
 from inferstack.catalog.charts import eks_addon_versions
 from inferstack.conventions import POOL_LABEL, SHARING_LABEL
+from inferstack.planning.node_groups import plan_node_groups
 from inferstack.spec import CreateCluster, MigSharing, NodePoolSpec, StackSpec
 
 FACTS: Mapping[str, Any] = json.loads(
     files("inferstack.catalog").joinpath("node_monitoring_agent.json").read_text(encoding="utf-8")
+)
+REPAIR_HALTS: Mapping[str, Any] = json.loads(
+    files("inferstack.catalog").joinpath("node_repair.json").read_text(encoding="utf-8")
 )
 ADDON = FACTS["addon"]
 GPU_CONDITION = "AcceleratedHardwareReady"
@@ -40,6 +44,7 @@ class PoolHealth:
     gpu_monitored: bool
     why: str              # what watches the pool's GPUs, or why nothing does
     repair: str           # what replaces a sick node, or 'off'
+    one_node_fails: str   # what happens to the pool and its replicas when one of its nodes fails
 
 
 def installs_agent(spec: StackSpec) -> bool:
@@ -66,14 +71,49 @@ def pool_health(spec: StackSpec, pool: NodePoolSpec) -> PoolHealth:
     else:
         why = ("not watched: MIG nodes run no DCGM host engine, which would block the GPU reset mig-manager needs "
                "to enable MIG mode")
-    if not pool.auto_repair:
-        repair = "off"
-    elif watched:
-        repair = (f"{provider} replaces a node {minutes[GPU_CONDITION]} min after {GPU_CONDITION} turns False, "
-                  f"{minutes['Ready']} min after it stops being Ready")
+    if watched:
+        after = (f"{minutes[GPU_CONDITION]} min after {GPU_CONDITION} turns False, "
+                 f"{minutes['Ready']} min after it stops being Ready")
     else:
-        repair = f"{provider} replaces a node {minutes['Ready']} min after it stops being Ready"
-    return PoolHealth(pool.name, watched, why, repair)
+        after = f"{minutes['Ready']} min after it stops being Ready"
+    repair = f"{provider} replaces a node {after}" if pool.auto_repair else "off"
+    return PoolHealth(pool.name, watched, why, repair, one_node_fails(spec, pool, f"{provider} replaces it {after}"))
+
+
+def managed_group_halts_at(nodes: int) -> int | None:
+    """Unhealthy nodes at which EKS's default stops repairing a managed node group of `nodes` nodes: more than
+    five nodes with more than 20% of them unhealthy; None when the group is too small ever to stop."""
+    rule = REPAIR_HALTS["managed_node_group_halt"]
+    if nodes <= rule["more_than_nodes"]:
+        return None
+    return nodes * rule["more_than_percent"] // 100 + 1
+
+
+def one_node_fails(spec: StackSpec, pool: NodePoolSpec, replaced: str) -> str:
+    """What one failed node costs: who replaces it and when, where repair would stop, and the multi-node
+    replicas it takes down whole (LeaderWorkerSet RecreateGroupOnPodRestart recreates every pod of the group
+    when one fails, kubernetes-sigs/lws api/leaderworkerset/v1 RestartPolicyType)."""
+    if not pool.auto_repair:
+        fate = "not repaired: auto_repair is off, the node stays until replaced by hand"
+    elif spec.platform.karpenter:
+        percent = REPAIR_HALTS["karpenter_halt"]["more_than_percent_rounded_up"]
+        fate = (f"repaired: {replaced}; Karpenter stops only once more than {percent}% (rounded up) of a "
+                "NodePool's nodes are unhealthy, so one node is always repaired")
+    else:
+        stops = [
+            f"{group.suffix} (up to {group.max_size} nodes) from {at} unhealthy nodes"
+            for group in plan_node_groups(pool) if (at := managed_group_halts_at(group.max_size))
+        ]
+        smallest = REPAIR_HALTS["managed_node_group_halt"]["more_than_nodes"]
+        fate = f"repaired: {replaced}, one node at a time; " + (
+            f"EKS would stop repairing {', '.join(stops)}" if stops
+            else f"EKS stops repairing only a group of more than {smallest} nodes, and none is that large"
+        )
+    whole = [f"{m.name} ({m.nodes_per_replica} nodes)" for m in spec.models if m.pool == pool.name and m.multi_node]
+    if whole:
+        fate += (f"; a replica of {', '.join(whole)} on the node goes down whole and restarts once the "
+                 "replacement has joined and loaded the model")
+    return fate
 
 
 def node_health_plan(spec: StackSpec) -> dict[str, Any]:

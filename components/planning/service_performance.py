@@ -16,7 +16,13 @@ from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
 from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.quantization import kernel_family
-from inferstack.planning.sizing import expert_weights_bytes, experts_per_device, fit, scheduler_defaults
+from inferstack.planning.sizing import (
+    expert_weights_bytes,
+    experts_per_device,
+    fit,
+    kv_bytes_per_token_per_device,
+    scheduler_defaults,
+)
 from inferstack.spec import LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec
 from inferstack.spec.pools import PoolHardware
 
@@ -80,7 +86,9 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     layers = math.ceil(arch.layers / pp)
     shard = Shard(
         weights_bytes=sized.weights_bytes_per_device,
-        kv_bytes_per_token=sized.kv_bytes_per_token_per_device,
+        # What a step reads per token of context: a windowed layer's window, not the in-flight tokens vLLM's start
+        # check reserves on top of it (sizing.kv_bytes_per_token_per_device with no pool).
+        kv_bytes_per_token=kv_bytes_per_token_per_device(model),
         linear_flops_per_token=2 * (arch.active_params_billion or arch.params_billion) * 1e9 / (tp * pp),
         attention_flops_per_token_and_context=4 * layers * arch.attention_heads * arch.head_dim / tp,
         kernel=KERNELS[kernel_family(model, hardware.gpu)],
@@ -88,7 +96,9 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
         hidden_size=arch.hidden_size,
         tensor_parallel=tp,
         link=link,
-        expert_weights_bytes=math.ceil(expert_weights_bytes(model) * experts_per_device(model) / (arch.experts or 1) / pp),
+        expert_weights_bytes=math.ceil(
+            expert_weights_bytes(model, hardware.gpu) * experts_per_device(model) / (arch.experts or 1) / pp
+        ),
         experts=arch.experts or 0,
         experts_per_token=arch.experts_per_token or 0,
         expert_token_sources=model.data_parallel,

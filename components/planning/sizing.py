@@ -25,8 +25,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from inferstack.planning import lora, speculative
+from inferstack.planning.creation_times import replica_parts
 from inferstack.planning.parameters import DTYPE_BYTES, embedding_params, vocabulary
 from inferstack.planning.quantization import served_format
+from inferstack.planning.shard_blocks import block_problem
+from inferstack.catalog import Gpu
+from inferstack.catalog.models import download_bytes
 from inferstack.spec import CheckpointFormat, MigSharing, ModelServiceSpec, MpsSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 
@@ -65,8 +69,8 @@ class Fit:
     weights_bytes: int                     # whole model
     weights_bytes_per_device: int          # the largest share one device holds (weights_bytes_per_device())
     reserve_bytes_per_device: int          # runtime reserve outside weights and KV cache
-    kv_bytes_per_token: int                # whole model: all layers, all KV heads, K and V
-    kv_bytes_per_token_per_device: int     # one device's slice of a token
+    kv_bytes_per_token: int                # whole model, per token of what vLLM reserves for a full-length sequence
+    kv_bytes_per_token_per_device: int     # one device's slice of it
     max_model_len: int
     stated_sequences: int                  # the replica's: max_num_seqs (or 1) per data-parallel rank
     data_parallel: int = 1                 # ranks, each with its own sequences and KV cache
@@ -142,20 +146,55 @@ def bytes_per_param(stored: CheckpointFormat) -> float:
 
 def format_bytes(model: ModelServiceSpec, stored: CheckpointFormat) -> int:
     """The model's weights in a format: what the format covers at its width (every linear layer, or only the
-    MoE experts), the rest (embeddings, LM head, and for an experts-only format attention and router) in 16 bits."""
+    MoE experts), the rest (embeddings, LM head, a vision encoder, and for an experts-only format attention and
+    router) in 16 bits: quantized checkpoints of multimodal models keep their vision tower unquantized (its modules
+    are on the quantization config's ignore list)."""
     arch = model.resolved_architecture
     params = round(arch.params_billion * 1e9)
     if stored.weight_bits == 16:
         return params * DTYPE_BYTES
-    covered = arch.expert_params if stored.applies_to == "experts" else params - embedding_params(model)
+    covered = (arch.expert_params if stored.applies_to == "experts"
+               else params - embedding_params(model) - round((arch.vision_params_billion or 0) * 1e9))
     return int((params - covered) * DTYPE_BYTES + covered * bytes_per_param(stored))
 
 
-def expert_weights_bytes(model: ModelServiceSpec) -> int:
-    """The routed experts' share of `weights_bytes`: what a step reads only for the experts its tokens use."""
+# The multiples vLLM 0.33's MXFP4 MoE kernel pads each GPU's slice of an expert to in memory, by GPU generation
+# (compute capability major): (intermediate multiple, hidden multiple). The kernel is the first of
+# _get_priority_backends_for_gpt_oss whose device gate passes, and the paddings are
+# mxfp4_round_up_hidden_size_and_intermediate_size (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py:402-436,
+# 837-917).
+MXFP4_MOE_PADDING = {
+    7: (128, 256),   # Marlin (experts/marlin_moe.py:592-594: SM75 and up)
+    8: (128, 256),   # Marlin: the OAI Triton kernel needs SM90 (experts/gpt_oss_triton_kernels_moe.py:41-62)
+    9: (64, 1),      # OAI Triton: the intermediate size to 64s, the hidden size as it is
+    10: (128, 256),  # FlashInfer TRT-LLM (experts/trtllm_mxfp4_moe.py:121-123: SM100 with FlashInfer)
+}
+
+
+def expert_padding(model: ModelServiceSpec, gpu: Gpu | None) -> Fraction:
+    """How much more memory vLLM gives each GPU's slice of the routed experts than the checkpoint stores: MXFP4
+    kernels pad the slice's intermediate size (the whole expert's under expert parallelism, else its share over
+    the tensor x data-parallel GPUs) and the hidden size (`Mxfp4MoEMethod.maybe_roundup_sizes`,
+    vllm/model_executor/layers/quantization/mxfp4.py:183-197, before create_weights). 1 for other formats."""
+    padding = MXFP4_MOE_PADDING.get(gpu.capability[0]) if gpu is not None else None
+    if padding is None or served_format(model).quant_method != "mxfp4":
+        return Fraction(1)
+    intermediate_multiple, hidden_multiple = padding
+    arch = model.resolved_architecture
+    group = 1 if model.resolved_expert_parallel else model.tensor_parallel * model.data_parallel
+    intermediate = Fraction(arch.moe_intermediate_size, group)
+    padded_intermediate = math.ceil(intermediate / intermediate_multiple) * intermediate_multiple
+    padded_hidden = math.ceil(arch.hidden_size / hidden_multiple) * hidden_multiple
+    return padded_intermediate * padded_hidden / (intermediate * arch.hidden_size)
+
+
+def expert_weights_bytes(model: ModelServiceSpec, gpu: Gpu | None = None) -> int:
+    """The routed experts' share of `weights_bytes`: what a step reads only for the experts its tokens use. On a
+    `gpu`, as vLLM holds them there (`expert_padding`); without one, as stored."""
     served = served_format(model)
     experts = model.resolved_architecture.expert_params
-    return int(experts * (DTYPE_BYTES if served.weight_bits == 16 else bytes_per_param(served)))
+    width = DTYPE_BYTES if served.weight_bits == 16 else bytes_per_param(served)
+    return int(experts * width * expert_padding(model, gpu))
 
 
 def weights_bytes(model: ModelServiceSpec) -> int:
@@ -174,25 +213,37 @@ def experts_per_device(model: ModelServiceSpec) -> Fraction:
     return Fraction(math.ceil(experts / group) if model.resolved_expert_parallel else Fraction(experts, group))
 
 
-def weights_bytes_per_device(model: ModelServiceSpec) -> int:
+def weights_bytes_per_device(model: ModelServiceSpec, gpu: Gpu | None = None) -> int:
     """The most weight bytes one GPU of the replica holds: the dense part (attention, router, shared experts,
     embeddings, dense layers) split over a rank's tensor-parallel group, and its `experts_per_device` of the
-    routed experts, both over the pipeline stages."""
+    routed experts (padded as vLLM's kernels hold them on `gpu`), both over the pipeline stages."""
     experts = model.resolved_architecture.experts
     routed = expert_weights_bytes(model)
     dense = weights_bytes(model) - routed
     share = Fraction(dense, model.tensor_parallel)
     if experts:
-        share += routed * experts_per_device(model) / experts
+        share += routed * experts_per_device(model) / experts * expert_padding(model, gpu)
     return math.ceil(share / model.pipeline_parallel)
 
 
 def checkpoint_bytes(model: ModelServiceSpec) -> int:
-    """Weights as stored: what is downloaded, cached on NVMe and read at start (16-bit for online FP8)."""
+    """Weights as stored: what is downloaded, cached on NVMe and read at start (16-bit for online FP8). A catalog
+    checkpoint whose repository's size is recorded is that size (DeepSeek's files carry its MTP module)."""
+    if model.checkpoint_format is None and (recorded := download_bytes(model.model)) is not None:
+        return recorded
     return format_bytes(model, model.stored_format)
 
 
 # ------------------------------------------------------------------------------------------ KV cache
+
+
+# Tokens per KV block (vLLM 0.33 CacheConfig.DEFAULT_BLOCK_SIZE): a layer's reservation is whole blocks.
+KV_BLOCK_TOKENS = 16
+
+
+def _kv_width(model: ModelServiceSpec) -> int:
+    """Bytes of one cached K or V value, in the dtype vLLM runs (the checkpoint's stored KV format for auto)."""
+    return KV_BYTES[model.resolved_kv_cache_dtype]
 
 
 def _per_layer_bytes(model: ModelServiceSpec, tensor_parallel: int) -> int:
@@ -204,43 +255,117 @@ def _per_layer_bytes(model: ModelServiceSpec, tensor_parallel: int) -> int:
     parallelism (vllm/v1/attention/backends/mla/common.py, `MLACommonBackend.get_kv_cache_shape`).
     """
     arch = model.resolved_architecture
-    width = KV_BYTES[model.kv_cache_dtype]
+    width = _kv_width(model)
     if arch.attention == "mla":
         return (arch.kv_lora_rank + arch.qk_rope_head_dim) * width
     return 2 * max(1, arch.kv_heads // tensor_parallel) * arch.head_dim * width
 
 
-def _layers_kept(model: ModelServiceSpec, layers: int) -> float:
-    """Of `layers` layers, how many keep every token of a max_model_len sequence: a sliding-window layer keeps
-    at most `sliding_window` of them (vLLM's hybrid KV cache manager frees what falls outside the window), so
-    it counts as that share of a layer. Windowed layers are spread evenly over pipeline stages."""
+def concurrent_batches(model: ModelServiceSpec) -> int:
+    """Scheduler steps in flight at once (VllmConfig.max_concurrent_batches, vllm/config/vllm.py:587-598): one per
+    pipeline stage, plus one with async scheduling, which vLLM turns on for a generating model on the mp executor
+    and off for a pooling one (vllm/config/vllm.py:1685-1719)."""
+    return model.pipeline_parallel + (1 if model.resolved_architecture.task == "generate" else 0)
+
+
+def hybrid_kv_cache(model: ModelServiceSpec) -> bool:
+    """Whether vLLM's hybrid KV cache manager frees what falls outside a window or chunk. It turns itself off for
+    chunked local attention with an EAGLE-style draft (vllm/config/vllm.py:2235-2245), and then every layer is
+    kept as a full-attention one (`unify_hybrid_kv_cache_specs`, vllm/v1/core/kv_cache_planning.py:853-876)."""
+    speculative_method = model.speculative.method if model.speculative is not None else None
+    return not (model.resolved_architecture.chunked_layers and speculative_method in ("eagle", "eagle3", "mtp"))
+
+
+def _blocks_of(tokens: int) -> int:
+    return -(-tokens // KV_BLOCK_TOKENS)
+
+
+def _layer_kinds(model: ModelServiceSpec) -> list[tuple[str, int, int]]:
+    """(kind, layers, layers as vLLM counts them) per kind of attention layer. Kinds form KV cache groups of equal
+    size, the smallest kind's (the largest's when under 1.5 times it), each kind padded up to whole groups
+    (`_get_kv_cache_groups_uniform_page_size`, vllm/v1/core/kv_cache_planning.py:416-557); the startup check and
+    the concurrency count both take the padded groups (`_max_memory_usage_bytes_from_groups`, :1253-1285;
+    `get_max_concurrency_for_kv_cache_config`, vllm/v1/core/kv_cache_utils.py:1061-1093)."""
     arch = model.resolved_architecture
-    if not arch.windowed_layers:
-        return layers
-    windowed = arch.windowed_layers * layers / arch.layers
-    return (layers - windowed) + windowed * min(1.0, arch.sliding_window / model.max_model_len)
+    if not hybrid_kv_cache(model):
+        return [("full-attention", arch.layers, arch.layers)]
+    kinds = [("full-attention", arch.layers - arch.windowed_layers - arch.chunked_layers),
+             ("sliding-window", arch.windowed_layers), ("chunked local-attention", arch.chunked_layers)]
+    kinds = [(kind, layers) for kind, layers in kinds if layers]
+    group = min(layers for _, layers in kinds)
+    if max(layers for _, layers in kinds) < 1.5 * group:
+        group = max(layers for _, layers in kinds)
+    return [(kind, layers, -(-layers // group) * group) for kind, layers in kinds]
 
 
-def kv_bytes_per_token(model: ModelServiceSpec) -> int:
-    """Whole-model KV bytes per token of a max_model_len sequence (one tensor rank's worth for MLA)."""
-    return math.ceil(_layers_kept(model, model.resolved_architecture.layers) * _per_layer_bytes(model, 1))
+def _reserved_layer_tokens(model: ModelServiceSpec, in_flight_tokens: int) -> int:
+    """Layer-tokens vLLM reserves for one max_model_len sequence, in whole blocks (`max_memory_usage_bytes` of each
+    layer's spec, vllm/v1/kv_cache_interface.py): a full-attention layer every token (FullAttentionSpec, :643-648);
+    a sliding-window layer the window's last `sliding_window - 1` tokens plus the in-flight ones, plus a block as
+    the window may start mid-block (SlidingWindowSpec, :918-950); a chunked local-attention layer one chunk plus
+    the in-flight tokens (ChunkedLocalAttentionSpec, :863-888); never more than the sequence."""
+    arch = model.resolved_architecture
+    length = model.max_model_len
+    blocks = {"full-attention": _blocks_of(length)}
+    if arch.windowed_layers:
+        blocks["sliding-window"] = _blocks_of(min(arch.sliding_window - 1 + in_flight_tokens, length)) + 1
+    if arch.chunked_layers:
+        blocks["chunked local-attention"] = _blocks_of(min(arch.attention_chunk_size + in_flight_tokens, length))
+    return sum(counted * blocks[kind] for kind, _, counted in _layer_kinds(model)) * KV_BLOCK_TOKENS
 
 
-def kv_bytes_per_token_per_device(model: ModelServiceSpec) -> int:
-    """One device's share of a token: its layers (pipeline stage) and its KV heads (tensor rank)."""
-    stage_layers = math.ceil(model.resolved_architecture.layers / model.pipeline_parallel)
-    return math.ceil(_layers_kept(model, stage_layers) * _per_layer_bytes(model, model.tensor_parallel))
+def _in_flight_tokens(model: ModelServiceSpec, hardware: PoolHardware | None) -> int:
+    """Tokens scheduled but not yet settled (VllmConfig.max_in_flight_tokens, vllm/config/vllm.py:600-609): each
+    concurrent step's max_num_batched_tokens. Without a pool, none: what a sequence keeps between steps."""
+    if hardware is None:
+        return 0
+    return concurrent_batches(model) * scheduler_defaults(model, hardware)[0]
+
+
+def kv_bytes_per_token(model: ModelServiceSpec, hardware: PoolHardware | None = None) -> int:
+    """Whole-model KV bytes vLLM reserves per token of a max_model_len sequence (one tensor rank's worth for MLA):
+    `_reserved_layer_tokens` over the sequence, with the pool's in-flight tokens when one is given."""
+    layer_tokens = _reserved_layer_tokens(model, _in_flight_tokens(model, hardware))
+    return -(-layer_tokens * _per_layer_bytes(model, 1) // model.max_model_len)
+
+
+def kv_bytes_per_token_per_device(model: ModelServiceSpec, hardware: PoolHardware | None = None) -> int:
+    """One device's share of `kv_bytes_per_token`: its layers (the largest pipeline stage; each kind of layer
+    spread evenly over the stages) and its KV heads (tensor rank)."""
+    arch = model.resolved_architecture
+    stage_layers = math.ceil(arch.layers / model.pipeline_parallel)
+    layer_tokens = _reserved_layer_tokens(model, _in_flight_tokens(model, hardware))
+    stage_bytes = Fraction(layer_tokens * stage_layers, arch.layers) * _per_layer_bytes(model, model.tensor_parallel)
+    return math.ceil(stage_bytes / model.max_model_len)
 
 
 def kv_formula(model: ModelServiceSpec) -> str:
-    """Which KV formula sizing used, as the plan states it."""
+    """What sizing counts per token of KV cache, as the plan states it: the layers and values, their width, and
+    what vLLM reserves for a sequence on sliding-window and chunked local-attention layers."""
     arch = model.resolved_architecture
+    width = _kv_width(model)
     if arch.attention == "mla":
         formula = f"MLA latent: {arch.layers} layers x ({arch.kv_lora_rank} + {arch.qk_rope_head_dim}) values"
     else:
         formula = f"GQA: 2 x {arch.layers} layers x {arch.kv_heads} KV heads x {arch.head_dim}"
+    formula += f" x {width} byte{'s' if width > 1 else ''}"
+    if model.kv_cache_dtype == "auto" and model.resolved_kv_cache_dtype != "auto":
+        formula += f" ({model.resolved_kv_cache_dtype}, the KV format the checkpoint stores)"
+    in_flight = f"{concurrent_batches(model)} x max_num_batched_tokens in-flight tokens"
+    local = []
     if arch.windowed_layers:
-        formula += f", {arch.windowed_layers} sliding-window layers keeping {arch.sliding_window} tokens"
+        local.append(("sliding-window", arch.windowed_layers, f"{arch.sliding_window - 1} + {in_flight} and a block"))
+    if arch.chunked_layers:
+        local.append(("chunked local-attention", arch.chunked_layers, f"{arch.attention_chunk_size} + {in_flight}"))
+    if local and not hybrid_kv_cache(model):
+        kinds = " and ".join(f"{layers} {kind}" for kind, layers, _ in local)
+        return formula + f"; {kinds} layers kept in full (vLLM's hybrid KV cache manager is off with an EAGLE draft)"
+    for kind, layers, held in local:
+        formula += f"; {layers} {kind} layers hold {held} of a sequence, at most all of it"
+    padded = [f"{layers} {kind} layers as {counted}" for kind, layers, counted in _layer_kinds(model)
+              if counted != layers]
+    if padded:
+        formula += f" (vLLM's equal-sized KV cache groups count {', '.join(padded)})"
     return formula
 
 
@@ -343,12 +468,12 @@ def fit(model: ModelServiceSpec, hardware: PoolHardware) -> Fit:
         device_memory_bytes=device_memory_bytes(model, hardware),
         gpu_memory_utilization=model.gpu_memory_utilization,
         weights_bytes=weights_bytes(model),
-        weights_bytes_per_device=weights_bytes_per_device(model),
+        weights_bytes_per_device=weights_bytes_per_device(model, hardware.gpu),
         reserve_bytes_per_device=reserve_bytes_per_device(model, hardware),
-        kv_bytes_per_token=kv_bytes_per_token(model),
-        kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model)
+        kv_bytes_per_token=kv_bytes_per_token(model, hardware),
+        kv_bytes_per_token_per_device=kv_bytes_per_token_per_device(model, hardware)
         + speculative.draft_kv_bytes_per_token_per_device(
-            model, KV_BYTES[model.kv_cache_dtype], _per_layer_bytes(model, model.tensor_parallel)
+            model, _kv_width(model), _per_layer_bytes(model, model.tensor_parallel)
         ),
         max_model_len=model.max_model_len,
         stated_sequences=stated_sequences(model),
@@ -374,9 +499,22 @@ def load_seconds(model: ModelServiceSpec) -> int:
     return ENGINE_START_SECONDS + math.ceil(checkpoint_bytes(model) / WEIGHTS_READ_BYTES_PER_SECOND)
 
 
+def startup_seconds(model: ModelServiceSpec) -> float:
+    """How long a container may take from its start to serving. One pod: the model's load. A multi-node group's
+    leader serves only once every node's engine has joined (vLLM 0.33.0 v1/engine/utils.py:1403-1445
+    wait_for_engine_startup, remote engines included), and LWS creates the workers only after the leader
+    (startupPolicy LeaderCreated), possibly on a node still to be launched: its budget covers a member's whole cold
+    start, node boot, image pull, weight copy, load and warm-up (creation_times.replica_parts), since
+    a leader restart recreates the group (restartPolicy RecreateGroupOnPodRestart) and starts it all again."""
+    if not model.multi_node:
+        return load_seconds(model)
+    cold = replica_parts(checkpoint_bytes(model), model.weight_loader, new_node=True)
+    return max(load_seconds(model), sum(seconds for _, _, seconds in cold))
+
+
 def parallelism_problem(model: ModelServiceSpec) -> str | None:
     """vLLM's own split rules: heads divide by tensor_parallel, layers cover the pipeline stages, sliced experts
-    divide by the GPUs that share them."""
+    divide by the GPUs that share them, and every quantized matrix splits on its blocks (shard_blocks)."""
     arch = model.resolved_architecture
     tp = model.tensor_parallel
     if arch.attention_heads % tp:
@@ -391,4 +529,4 @@ def parallelism_problem(model: ModelServiceSpec) -> str | None:
         # Without expert parallelism every expert is sliced over the tensor x data-parallel GPUs.
         return (f"experts of intermediate size {arch.moe_intermediate_size} do not split evenly over {group} GPUs "
                 "(tensor_parallel x data_parallel)")
-    return None
+    return block_problem(model)

@@ -1,4 +1,5 @@
-"""A pool's Karpenter objects: one EC2NodeClass (how its nodes are made) and a NodePool per capacity plan.
+"""A pool's Karpenter objects: its EC2NodeClasses (how its nodes are made) and a NodePool per capacity plan; and the
+opt-in CPU NodePool for system pods.
 
 The plans are planning's (`plan_node_groups`), the same ones the managed-node-group mode turns into EKS node
 groups, so both modes give a pool the same capacity mix, sizes, labels and taints. Pure functions: they build
@@ -25,7 +26,9 @@ from inferstack.catalog.karpenter import FACTS
 from inferstack.conventions import KARPENTER_CAPACITY_LABEL
 from inferstack.planning.interruption import SERVING_NODE_TERMINATION_GRACE
 from inferstack.planning.node_groups import NodeGroupPlan, plan_node_groups
-from inferstack.spec import MaintenanceWindowSpec, NodePoolSpec
+from inferstack.spec import MaintenanceWindowSpec, NodePoolSpec, StackSpec
+from inferstack.spec.cluster import CreateCluster
+from inferstack.spec.platform import KarpenterCpuPoolSpec
 from inferstack.spec.pools import PoolHardware
 
 AMI_ALIASES: Mapping[str, Mapping[str, str]] = FACTS["ami_aliases"]
@@ -58,6 +61,15 @@ BATCH_CONSOLIDATE_AFTER = "5m"
 BATCH_TERMINATION_GRACE = "2h"
 
 
+# IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node's role (section 3.6).
+IMDS_OPTIONS: Mapping[str, Any] = {
+    "httpEndpoint": "enabled",
+    "httpProtocolIPv6": "disabled",
+    "httpPutResponseHopLimit": 1,
+    "httpTokens": "required",
+}
+
+
 def _closed_budget(window: MaintenanceWindowSpec) -> dict[str, Any]:
     """A budget of 0 from the window's end to its next start: the most restrictive active budget wins (section 5)."""
     return {
@@ -68,7 +80,12 @@ def _closed_budget(window: MaintenanceWindowSpec) -> dict[str, Any]:
     }
 
 
-def node_class_name(environment: str, pool: NodePoolSpec) -> str:
+def node_class_name(environment: str, pool: NodePoolSpec, plan: NodeGroupPlan) -> str:
+    """A reservation's NodePool gets a class of its own (`<env>-<pool>-<suffix>`): Karpenter puts every instance
+    of a class into the class's one placement group (section 4.4), and a reservation the stack's group cannot hold
+    must not keep the pool's other nodes out of it. The other NodePools share `<env>-<pool>`."""
+    if plan.reservation is not None:
+        return f"{environment}-{pool.name}-{plan.suffix}"
     return f"{environment}-{pool.name}"
 
 
@@ -119,6 +136,7 @@ def _id_terms(ids: Sequence[pulumi.Input[str]] | pulumi.Output, *, first_only: b
 
 def ec2_node_class(
     pool: NodePoolSpec,
+    plan: NodeGroupPlan,
     *,
     environment: str,
     node_role_name: pulumi.Input[str],
@@ -127,30 +145,25 @@ def ec2_node_class(
     placement_group_name: pulumi.Input[str] | None,
     tags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The pool's EC2NodeClass: AMI alias, network, IMDSv2, disks and NVMe cache, EFA, placement, reservation.
+    """The EC2NodeClass of one plan of the pool: AMI alias, network, IMDSv2, disks and NVMe cache, EFA, placement,
+    and the reservation for the reserved plan only.
 
     EFA pools use the first subnet only: a cluster placement group and EFA traffic stay in one zone (section 4.4).
-    A reserved pool joins no placement group of the stack's (`joins_no_placement_group`): Karpenter puts every
-    instance of a node class into its one group (section 4.4), the reservation's included.
+    An EFA class joins the pool's placement group, but a reserved one joins none the stack creates
+    (`joins_no_placement_group`): Karpenter puts every instance of a class into its one group (section 4.4).
     """
-    name = node_class_name(environment, pool)
+    name = node_class_name(environment, pool, plan)
     spec: dict[str, Any] = {
         "amiSelectorTerms": [{"alias": ami_alias(pool)}],
         "role": node_role_name,
         "subnetSelectorTerms": _id_terms(subnet_ids, first_only=pool.efa.enabled),
         "securityGroupSelectorTerms": _id_terms(security_group_ids),
-        # IMDSv2 only, one hop: pods get AWS credentials from Pod Identity, never the node's role (section 3.6).
-        "metadataOptions": {
-            "httpEndpoint": "enabled",
-            "httpProtocolIPv6": "disabled",
-            "httpPutResponseHopLimit": 1,
-            "httpTokens": "required",
-        },
+        "metadataOptions": dict(IMDS_OPTIONS),
         "blockDeviceMappings": _block_devices(pool),
         "tags": {"Name": name, **(tags or {})},
         **_storage(pool),
     }
-    reservation = pool.capacity.reservation
+    reservation = plan.reservation
     if pool.efa.enabled:
         # Primary ENA interface plus one efa-only interface per network card (section 4.5 CEL rules).
         spec["networkInterfaces"] = [
@@ -165,6 +178,16 @@ def ec2_node_class(
     return {"apiVersion": NODE_CLASS_API, "kind": NODE_CLASS_KIND, "metadata": {"name": name}, "spec": spec}
 
 
+def ec2_node_classes(pool: NodePoolSpec, *, environment: str, **network: Any) -> list[dict[str, Any]]:
+    """The pool's EC2NodeClasses, one per name `node_class_name` gives its plans; `network` as `ec2_node_class`."""
+    classes: dict[str, dict[str, Any]] = {}
+    for plan in plan_node_groups(pool):
+        name = node_class_name(environment, pool, plan)
+        if name not in classes:
+            classes[name] = ec2_node_class(pool, plan, environment=environment, **network)
+    return list(classes.values())
+
+
 def _requirements(pool: NodePoolSpec, hardware: PoolHardware, plan: NodeGroupPlan) -> list[dict[str, Any]]:
     """The plan's capacity type (conventions.CAPACITY_LABEL values are Karpenter's, section 4.1) and instance types;
     the GPU count keeps every candidate on the NVIDIA AMI variant (section 3.1)."""
@@ -176,6 +199,100 @@ def _requirements(pool: NodePoolSpec, hardware: PoolHardware, plan: NodeGroupPla
     if plan.reservation is not None:
         requirements.append({"key": RESERVATION_ID_KEY, "operator": "In", "values": [plan.reservation.id]})
     return requirements
+
+
+# The opt-in CPU NodePool for system pods (platform.karpenter_cpu_pool), as Karpenter's getting-started NodePool
+# (aws/karpenter-provider-aws v1.14.1 website/content/en/preview/getting-started/getting-started-with-karpenter/
+# scripts/step12-add-nodepool.sh): amd64 Linux, on-demand, the chosen categories, generation 3 and newer, a CPU limit,
+# consolidated when underutilized. Untainted, so pods that tolerate no GPU taint land on it; the controller's chart
+# affinity (karpenter.sh/nodepool DoesNotExist, charts/karpenter/values.yaml) keeps Karpenter itself off it.
+CPU_POOL_SUFFIX = "system-cpu"
+CPU_POOL_AMI_TYPE = "AL2023_x86_64_NVIDIA"  # the al2023 alias resolves the standard AMI for CPU types (section 3.1)
+CPU_POOL_MIN_GENERATION = "2"  # Gt: generation 3 and newer
+CPU_POOL_CONSOLIDATE_AFTER = "1m"
+
+
+def cpu_pool_name(environment: str) -> str:
+    return f"{environment}-{CPU_POOL_SUFFIX}"
+
+
+def cpu_node_class(
+    *,
+    environment: str,
+    node_role_name: pulumi.Input[str],
+    subnet_ids: Sequence[pulumi.Input[str]] | pulumi.Output,
+    security_group_ids: Sequence[pulumi.Input[str]],
+    tags: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The CPU NodePool's EC2NodeClass: the GPU classes' pinned AL2023 alias and IMDSv2 rule, every cluster subnet."""
+    name = cpu_pool_name(environment)
+    alias = AMI_ALIASES[CPU_POOL_AMI_TYPE]
+    spec = {
+        "amiSelectorTerms": [{"alias": f"{alias['family']}@{alias['version']}"}],
+        "role": node_role_name,
+        "subnetSelectorTerms": _id_terms(subnet_ids),
+        "securityGroupSelectorTerms": _id_terms(security_group_ids),
+        "metadataOptions": dict(IMDS_OPTIONS),
+        "tags": {"Name": name, **(tags or {})},
+    }
+    return {"apiVersion": NODE_CLASS_API, "kind": NODE_CLASS_KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def cpu_node_pool(environment: str, cpu_pool: KarpenterCpuPoolSpec) -> dict[str, Any]:
+    """The CPU NodePool, at most `max_vcpus` vCPUs in all (limits.cpu, section 5)."""
+    name = cpu_pool_name(environment)
+    requirements = [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+        {"key": KARPENTER_CAPACITY_LABEL, "operator": "In", "values": ["on-demand"]},
+        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": list(cpu_pool.instance_categories)},
+        {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": [CPU_POOL_MIN_GENERATION]},
+    ]
+    return {
+        "apiVersion": NODE_POOL_API,
+        "kind": NODE_POOL_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "limits": {"cpu": str(cpu_pool.max_vcpus)},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized",
+                           "consolidateAfter": CPU_POOL_CONSOLIDATE_AFTER},
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": NODE_CLASS_KIND, "name": name},
+                    "requirements": requirements,
+                    "expireAfter": BATCH_EXPIRE_AFTER,
+                },
+            },
+        },
+    }
+
+
+def cpu_pool_note(spec: StackSpec) -> str | None:
+    """What the plan says of CPU room for system pods under Karpenter: the CPU NodePool, or that the fixed system node
+    group is all there is and the field that adds more."""
+    if not spec.platform.karpenter:
+        return None
+    cpu_pool = spec.platform.karpenter_cpu_pool
+    if cpu_pool.enabled:
+        return (f"Karpenter NodePool {cpu_pool_name(spec.environment)} launches on-demand CPU nodes "
+                f"({'/'.join(cpu_pool.instance_categories)} families, generation 3 and newer, up to {cpu_pool.max_vcpus} "
+                "vCPUs in all) for system pods the system node group cannot hold; the Karpenter controller stays on "
+                "the system node group")
+    if not isinstance(spec.cluster, CreateCluster):
+        return ("system pods run on the existing cluster's own nodes: set platform.karpenter_cpu_pool.enabled for a "
+                "Karpenter CPU NodePool beside them")
+    system = spec.cluster.system_nodes
+    return (f"system pods run only on the system node group's {system.min_nodes} {system.instance_type} nodes, which "
+            "nothing scales under Karpenter: set platform.karpenter_cpu_pool.enabled for a CPU NodePool, or raise "
+            "cluster.system_nodes.min_nodes")
+
+
+def allows_spot(node_pool: Mapping[str, Any]) -> bool:
+    """The NodePool's capacity-type requirement lets Karpenter launch spot."""
+    return any(
+        r["key"] == KARPENTER_CAPACITY_LABEL and r["operator"] == "In" and "spot" in r["values"]
+        for r in node_pool["spec"]["template"]["spec"]["requirements"]
+    )
 
 
 def _disruption(pool: NodePoolSpec, window: MaintenanceWindowSpec) -> dict[str, Any]:
@@ -216,11 +333,11 @@ def node_pools(
     pool: NodePoolSpec,
     *,
     environment: str,
-    node_class_name: str,
     maintenance_window: MaintenanceWindowSpec,
 ) -> list[dict[str, Any]]:
     """One NodePool per plan of `plan_node_groups`: reserved first, then the on-demand baseline, then the burst
-    (weights, section 5); at most the plan's nodes (`limits.nodes`), labelled and tainted as its node group is."""
+    (weights, section 5); at most the plan's nodes (`limits.nodes`), labelled and tainted as its node group is,
+    on the EC2NodeClass `node_class_name` names for the plan."""
     hardware = PoolHardware(pool)
     taints = [
         {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value is not None else {})}
@@ -240,7 +357,11 @@ def node_pools(
                     "template": {
                         "metadata": {"labels": node_labels(pool, hardware, plan.capacity_label)},
                         "spec": {
-                            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": NODE_CLASS_KIND, "name": node_class_name},
+                            "nodeClassRef": {
+                                "group": "karpenter.k8s.aws",
+                                "kind": NODE_CLASS_KIND,
+                                "name": node_class_name(environment, pool, plan),
+                            },
                             "requirements": _requirements(pool, hardware, plan),
                             "taints": taints,
                             **_lifetime(pool),

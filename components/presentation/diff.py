@@ -1,6 +1,7 @@
 """`inferstack diff`: what a change does before `pulumi up` — resources added, updated in place,
 replaced (with the input that forces it, from the catalog's replacement rules), deleted; node groups
-that roll their nodes; GPUs and dollars per hour before and after; services that go down meanwhile."""
+that roll their nodes, Karpenter NodePools whose nodes drift and GPU capacity deleted; GPUs and dollars per hour
+before and after; services that go down meanwhile."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from inferstack.catalog.replacement import ReplacementRule, rule_for
+from inferstack.catalog.replacement import DriftRule, ReplacementRule, drift_rule_for, rule_for
 from inferstack.conventions import POOL_LABEL
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+NODE_CLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"
+KARPENTER_DEFAULT_BUDGET = "10% of the NodePool's nodes at once (Karpenter's default)"
 SERVING_WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
 POD_TEMPLATES = ("spec.template", "spec.leaderWorkerTemplate")
 GPU_TAINT = "nvidia.com/gpu"
@@ -130,6 +134,24 @@ def is_gpu_node_group(resource: dict[str, Any]) -> bool:
     return resource["type"] == NODE_GROUP and any(t.get("key") == GPU_TAINT for t in taints)
 
 
+def _template_spec(resource: dict[str, Any]) -> dict[str, Any]:
+    return ((resource["inputs"].get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def is_gpu_node_pool(resource: dict[str, Any]) -> bool:
+    """A Karpenter NodePool whose nodes carry the GPU taint."""
+    taints = _template_spec(resource).get("taints") or []
+    return resource["type"] == NODE_POOL and any(t.get("key") == GPU_TAINT for t in taints)
+
+
+def pool_of_nodes(resource: dict[str, Any]) -> str | None:
+    """The pool label a node group or a NodePool puts on its nodes."""
+    if resource["type"] == NODE_GROUP:
+        return (resource["inputs"].get("labels") or {}).get(POOL_LABEL)
+    template = (resource["inputs"].get("spec") or {}).get("template") or {}
+    return ((template.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
+
+
 def is_vllm_workload(resource: dict[str, Any]) -> bool:
     return resource["type"] in SERVING_WORKLOADS and _labels(resource).get("app.kubernetes.io/component") == VLLM_COMPONENT
 
@@ -200,32 +222,160 @@ def rolling_node_groups(changes: dict[str, Any], after: list[dict[str, Any]]) ->
     return rolls
 
 
-def _removed_gpu_pools(
-    changes: dict[str, Any], old: dict[tuple[str, str], dict[str, Any]], after: list[dict[str, Any]]
-) -> set[str]:
-    """Pools whose GPU node groups are all deleted (moving the pool to Karpenter): EKS drains their nodes, and each
-    pod starts again, model load included, on a node the new provider launches."""
-    remaining = {(r["inputs"].get("labels") or {}).get(POOL_LABEL) for r in after if r["type"] == NODE_GROUP}
-    deleted = {
-        (old[(c["type"], c["name"])]["inputs"].get("labels") or {}).get(POOL_LABEL)
-        for c in changes["deleted"] if c["type"] == NODE_GROUP and is_gpu_node_group(old[(c["type"], c["name"])])
+def _value_at(inputs: dict[str, Any], dotted: str) -> Any:
+    value: Any = inputs
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _narrowed(old: Any, new: Any) -> bool:
+    """True when a node launched under `old` may fall outside `new`: a selector term was dropped, or a requirement
+    was added or allows fewer values (Karpenter drifts a node whose labels leave the requirements; widening drifts
+    nothing)."""
+    old_items, new_items = old or [], new or []
+    if all("key" in item for item in old_items + new_items):
+        before = {item["key"]: item for item in old_items}
+        for item in new_items:
+            was = before.get(item["key"])
+            if was is None or was.get("operator") != item.get("operator"):
+                return True
+            if item.get("operator") == "In" and set(was.get("values") or []) - set(item.get("values") or []):
+                return True
+            if item.get("operator") != "In" and was != item:
+                return True
+        return False
+    as_text = lambda items: {json.dumps(i, sort_keys=True) for i in items}  # noqa: E731
+    return bool(as_text(old_items) - as_text(new_items))
+
+
+def _ami_family(inputs: dict[str, Any]) -> str | None:
+    """EC2NodeClass.AMIFamily(): amiFamily when set, else the alias's family."""
+    spec = inputs.get("spec") or {}
+    if spec.get("amiFamily"):
+        return str(spec["amiFamily"]).lower()
+    alias = next((t["alias"] for t in spec.get("amiSelectorTerms") or [] if t.get("alias")), None)
+    return alias.split("@")[0].lower() if alias else None
+
+
+def drift_fields(rule: DriftRule, old: dict[str, Any], new: dict[str, Any], paths: list[str]) -> list[str]:
+    """The changed fields that make Karpenter replace nodes: hashed ones (static drift) and resolved ones whose
+    change leaves nodes behind (dynamic drift); behavioral fields and hash-ignored ones that resolve alike drift none."""
+    fields = {
+        p for p in paths
+        if _under(p, rule.hashed) and not any(_under(p, ignored) for ignored in rule.hash_ignored)
     }
-    return deleted - remaining - {None}
+    for field, how in rule.dynamic.items():
+        if not any(_under(p, field) for p in paths):
+            continue
+        old_value, new_value = _value_at(old, field), _value_at(new, field)
+        if (
+            how == "any_change"
+            or (how == "removed_values" and _narrowed(old_value, new_value))
+            or (how == "resolved_family" and _ami_family(old) != _ami_family(new))
+        ):
+            fields.add(field)
+    return sorted(fields)
+
+
+def _budgets(resource: dict[str, Any]) -> str:
+    """The NodePool's disruption budgets in words: they pace how many drifted nodes drain at once."""
+    budgets = ((resource["inputs"].get("spec") or {}).get("disruption") or {}).get("budgets")
+    if not budgets:
+        return KARPENTER_DEFAULT_BUDGET
+    words = []
+    for budget in budgets:
+        text = f"{budget['nodes']} node(s)"
+        if budget.get("reasons"):
+            text += " for " + "/".join(budget["reasons"])
+        if budget.get("schedule"):
+            text += f" for {budget.get('duration')} from cron '{budget['schedule']}'"
+        words.append(text)
+    return "; ".join(words) + " (the most restrictive active budget wins)"
+
+
+def drifting_node_pools(
+    changes: dict[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Karpenter NodePools whose nodes Karpenter replaces after the change: a drift field of the NodePool or of the
+    EC2NodeClass its nodeClassRef names changes (catalog karpenter_drift), or the NodePool itself is replaced."""
+    old, new = {_key(r): r for r in before}, {_key(r): r for r in after}
+    touched = {(c["type"], c["name"]): c for c in changes["updated"] + changes["replaced"]}
+    class_drift: dict[str, list[str]] = {}
+    for key, change in touched.items():
+        if key[0] == NODE_CLASS:
+            fields = drift_fields(drift_rule_for(NODE_CLASS), old[key]["inputs"], new[key]["inputs"], change["changed"])
+            if fields:
+                class_drift[(new[key]["inputs"].get("metadata") or {}).get("name")] = fields
+    pool_rule = drift_rule_for(NODE_POOL)
+    drifts = []
+    for key, resource in sorted(new.items()):
+        if key[0] != NODE_POOL or key not in old:
+            continue
+        reasons, sources = [], []
+        change = touched.get(key)
+        if change is not None and change in changes["replaced"]:
+            reasons.append(f"replaced ({', '.join(change['forced_by'])}): {pool_rule.deleted}")
+            sources.append(pool_rule.source)
+        elif change is not None and (fields := drift_fields(pool_rule, old[key]["inputs"], resource["inputs"], change["changed"])):
+            reasons.append("NodePool " + ", ".join(fields))
+            sources.append(pool_rule.source)
+        node_class = (_template_spec(resource).get("nodeClassRef") or {}).get("name")
+        if node_class in class_drift:
+            reasons.append(f"EC2NodeClass {node_class} " + ", ".join(class_drift[node_class]))
+            sources.append(drift_rule_for(NODE_CLASS).source)
+        if reasons:
+            drifts.append({
+                "name": resource["name"],
+                "node_pool": (resource["inputs"].get("metadata") or {}).get("name"),
+                "pool": pool_of_nodes(resource),
+                "gpu": is_gpu_node_pool(resource),
+                "why": "; ".join(reasons),
+                "drains": _budgets(resource),
+                "sources": sources,
+            })
+    return drifts
+
+
+def deleted_gpu_capacity(
+    changes: dict[str, Any], before: list[dict[str, Any]], after: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """GPU node groups and GPU NodePools deleted while vLLM services still serve: their nodes are drained and
+    terminated (EKS drains a deleted group; a deleted NodePool's NodeClaims go with it), so every pod on them starts
+    again, model load included, on a node another group or NodePool launches. Names the services on the pool."""
+    old = {_key(r): r for r in before}
+    serving = [r for r in after if is_vllm_workload(r)]
+    if not serving:
+        return []
+    deleted = []
+    for change in changes["deleted"]:
+        resource = old[(change["type"], change["name"])]
+        if not (is_gpu_node_group(resource) or is_gpu_node_pool(resource)):
+            continue
+        pool = pool_of_nodes(resource)
+        services = sorted(w["name"] for w in serving if _pool_of(w["inputs"].get("spec") or {}) == pool)
+        deleted.append({"type": change["type"], "name": change["name"], "pool": pool, "services": services})
+    return deleted
 
 
 def downtime(
-    changes: dict[str, Any], before: list[dict[str, Any]], rolls: list[dict[str, Any]], after: list[dict[str, Any]]
+    changes: dict[str, Any],
+    before: list[dict[str, Any]],
+    rolls: list[dict[str, Any]],
+    drifts: list[dict[str, Any]],
+    deleted: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """Services that stop serving during the change: a single-replica vLLM workload whose pod template
     changes or that is replaced, the vLLM workloads on a GPU node group that is replaced, and single-replica ones
-    on a pool whose node groups are deleted."""
+    on a pool whose nodes Karpenter replaces for drift or whose GPU node groups or NodePools are deleted."""
     old = {_key(r): r for r in before}
-    moved_pools = _removed_gpu_pools(changes, old, after)
     touched = {(c["type"], c["name"]): c for c in changes["updated"] + changes["replaced"]}
     replaced_gpu_pools = {
-        (old[(NODE_GROUP, r["name"])]["inputs"].get("labels") or {}).get(POOL_LABEL)
+        pool_of_nodes(old[(NODE_GROUP, r["name"])])
         for r in rolls if r["gpu"] and r["why"].startswith("replaced") and (NODE_GROUP, r["name"]) in old
     }
+    drifting_pools = {d["pool"] for d in drifts if d["gpu"]}
+    losing_pools = {d["pool"] for d in deleted}
     services = []
     for key, resource in sorted(old.items()):
         if not is_vllm_workload(resource):
@@ -233,17 +383,21 @@ def downtime(
         spec = resource["inputs"].get("spec") or {}
         pool = _pool_of(spec)
         change = touched.get(key)
+        one_replica = spec.get("replicas") == 1
         if change is not None and change in changes["replaced"]:
             services.append({"name": resource["name"], "why": "replaced: " + ", ".join(change["forced_by"])})
-        elif change is not None and spec.get("replicas") == 1 and any(
+        elif change is not None and one_replica and any(
             _under(p, t) for p in change["changed"] for t in POD_TEMPLATES
         ):
             services.append({"name": resource["name"], "why": "pod template changes while it runs one replica"})
         elif pool is not None and pool in replaced_gpu_pools:
             services.append({"name": resource["name"], "why": f"its GPU node group (pool {pool}) is replaced"})
-        elif pool is not None and pool in moved_pools and spec.get("replicas") == 1:
-            services.append({"name": resource["name"], "why": f"pool {pool}'s node groups are deleted: its one replica "
-                             "moves to a new node and loads its model again"})
+        elif pool is not None and pool in drifting_pools and one_replica:
+            services.append({"name": resource["name"], "why": f"Karpenter replaces pool {pool}'s nodes for drift: its "
+                             "one replica moves to a new node and loads its model again"})
+        elif pool is not None and pool in losing_pools and one_replica:
+            services.append({"name": resource["name"], "why": f"pool {pool}'s GPU node groups or NodePools are deleted: "
+                             "its one replica moves to a new node and loads its model again"})
     return services
 
 
@@ -276,21 +430,53 @@ def diff(
 ) -> dict[str, Any]:
     changes = compare_resources(before[0], after[0])
     rolls = rolling_node_groups(changes, after[0])
-    down = downtime(changes, before[0], rolls, after[0])
+    drifts = drifting_node_pools(changes, before[0], after[0])
+    deleted = deleted_gpu_capacity(changes, before[0], after[0])
+    down = downtime(changes, before[0], rolls, drifts, deleted)
     new = {_key(r): r for r in after[0]}
-    blocking = [
+    replaced = [
         c for c in changes["replaced"]
         if c["protected"] or is_gpu_node_group(new[(c["type"], c["name"])]) or is_vllm_workload(new[(c["type"], c["name"])])
+    ]
+    blocking = [{"type": c["type"], "name": c["name"]} for c in replaced]
+    blocking += [
+        {"type": NODE_GROUP, "name": r["name"], "why": "GPU nodes roll: " + r["why"]}
+        for r in rolls if r["gpu"] and {"type": NODE_GROUP, "name": r["name"]} not in blocking
+    ]
+    blocking += [
+        {"type": NODE_POOL, "name": d["name"], "why": f"Karpenter replaces pool {d['pool']}'s GPU nodes: {d['why']}"}
+        for d in drifts if d["gpu"]
+    ]
+    blocking += [
+        {"type": d["type"], "name": d["name"], "why": f"GPU capacity of pool {d['pool']} deleted while services serve"}
+        for d in deleted
     ]
     return {
         "against": against,
         "note": note,
         **changes,
         "node_groups_rolling": rolls,
+        "node_pools_drifting": drifts,
+        "services_only_on_drifting_pools": services_only_on_drifting_pools(drifts, after[0]),
+        "gpu_capacity_deleted": deleted,
         "downtime": down,
         "capacity": {"before": capacity(before[1]), "after": capacity(after[1])},
-        "blocking_replacements": [{"type": c["type"], "name": c["name"]} for c in blocking],
+        "blocking_replacements": blocking,
     }
+
+
+def services_only_on_drifting_pools(drifts: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
+    """vLLM services whose pool's NodePools all drift: every one of their pods moves to a new node."""
+    drifting = {d["name"] for d in drifts}
+    pools_by_name: dict[str, set[str]] = {}
+    for resource in after:
+        if resource["type"] == NODE_POOL:
+            pools_by_name.setdefault(pool_of_nodes(resource), set()).add(resource["name"])
+    whole = {pool for pool, names in pools_by_name.items() if names <= drifting}
+    return sorted(
+        r["name"] for r in after
+        if is_vllm_workload(r) and _pool_of(r["inputs"].get("spec") or {}) in whole
+    )
 
 
 def as_text(result: dict[str, Any]) -> str:
@@ -309,6 +495,25 @@ def as_text(result: dict[str, Any]) -> str:
         lines.append(f"            ({item['source']})")
     for group in result["node_groups_rolling"]:
         lines.append(f"  rolls     node group {group['name']}{' (GPU)' if group['gpu'] else ''}: {group['why']}")
+    for pool in result["node_pools_drifting"]:
+        lines.append(
+            f"  DRIFTS    Karpenter NodePool {pool['node_pool']} (pool {pool['pool']}{', GPU' if pool['gpu'] else ''}): "
+            f"Karpenter replaces every node it launched: {pool['why']}"
+        )
+        lines.append(f"            nodes roll and drain per its disruption budgets: {pool['drains']}")
+    for source in sorted({s for pool in result["node_pools_drifting"] for s in pool["sources"]}):
+        lines.append(f"            (drift: {source})")
+    if result["services_only_on_drifting_pools"]:
+        lines.append(
+            f"  {len(result['services_only_on_drifting_pools'])} service(s) run only on drifting NodePools: "
+            + ", ".join(result["services_only_on_drifting_pools"])
+        )
+    for group in result["gpu_capacity_deleted"]:
+        losing = ", ".join(group["services"]) or "no service selects the pool"
+        lines.append(
+            f"  DELETES   GPU {'NodePool' if group['type'] == NODE_POOL else 'node group'} {group['name']} "
+            f"(pool {group['pool']}): its nodes drain and terminate; services losing nodes: {losing}"
+        )
     for service in result["downtime"]:
         lines.append(f"  DOWNTIME  {service['name']}: {service['why']}")
     before, after = result["capacity"]["before"], result["capacity"]["after"]
@@ -322,5 +527,8 @@ def as_text(result: dict[str, Any]) -> str:
     counts = {k: len(result[k]) for k in ("added", "updated", "replaced", "deleted")}
     lines.append("  " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     if result["blocking_replacements"]:
-        lines.append(f"  {len(result['blocking_replacements'])} protected or GPU-serving resource(s) replaced")
+        lines.append(
+            f"  {len(result['blocking_replacements'])} blocking change(s): protected or GPU-serving resources replaced, "
+            "GPU nodes rolled or drifted, GPU capacity deleted"
+        )
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """`inferstack models`: the model catalog as a table, one model's facts, and where it fits.
 
 The facts come from the catalog (catalog/models.json, each with its source); whether a model fits
-a GPU is planning.sizing.fit on a one-pool stack of that GPU's smallest instance type, the same
-figures the plan uses, so this view never computes sizes of its own.
+a GPU is planning.sizing.fit on a one-pool stack of that GPU's instance types, fewest GPUs first,
+in a layout sizing.parallelism_problem accepts, the same figures and rules the plan uses, so this
+view never computes sizes of its own.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def model_report(name: str) -> dict[str, Any]:
         "attention": attention(arch),
         "stored_format": stored_format(name).model_dump(),
         "stored_format_source": checkpoint["source"] if checkpoint else None,
+        "download_bytes": model_catalog.download_bytes(name),
         "checkpoints": [
             {"name": c, "format": format_label(stored_format(c)), "source": model_catalog.CHECKPOINTS[c]["source"]}
             for c in model_catalog.checkpoints_of(name)
@@ -156,20 +158,50 @@ def _contexts(arch: ModelArchitecture) -> list[int]:
     return sorted({arch.max_context, min(COMMON_CONTEXT, arch.max_context)}, reverse=True)
 
 
+def _node_types(instance: InstanceType) -> list[InstanceType]:
+    """The given (smallest) type of a GPU, then for each larger GPU count of that GPU its smallest type."""
+    by_count = {instance.gpu_count: instance}
+    for candidate in sorted(INSTANCE_TYPES.values(), key=_size):
+        if candidate.gpu.name == instance.gpu.name:
+            by_count.setdefault(candidate.gpu_count, candidate)
+    return [by_count[count] for count in sorted(by_count)]
+
+
+def _layouts(name: str, context: int, node: InstanceType, fewer_than: int) -> Iterable[ModelServiceSpec]:
+    """The node's tensor-parallel sizes above `fewer_than` GPUs, fewest first; an MoE model also with expert
+    parallelism where the auto layout is one vLLM refuses (e.g. experts that split off their blocks)."""
+    for tensor_parallel in range(1, node.gpu_count + 1):
+        if node.gpu_count % tensor_parallel or tensor_parallel <= fewer_than:
+            continue
+        service = _probe(name, tensor_parallel=tensor_parallel, max_model_len=context)
+        yield service
+        if (service.resolved_architecture.experts and not service.resolved_expert_parallel
+                and tensor_parallel > 1 and parallelism_problem(service) is not None):
+            yield service.model_copy(update={"expert_parallel": True})
+
+
 def _fits_on(name: str, arch: ModelArchitecture, instance: InstanceType) -> Iterable[dict[str, Any]]:
-    """At each context: one GPU, else every GPU of the node (when it has more) as tensor parallel ranks."""
-    hardware = PoolHardware(NodePoolSpec(name=PROBE_POOL, instance_types=[instance.name], max_nodes=1))
+    """At each context, the fewest GPUs of this GPU kind that hold the model in a layout vLLM loads: one GPU of
+    the smallest type, else a tensor-parallel group on it or on a node type of the same GPU with more of them
+    (gpt-oss-120b: 4 x A10G at tensor_parallel 4). When none does, the last layout tried and why not."""
     for context in _contexts(arch):
-        attempts = []
-        for tensor_parallel in sorted({1, instance.gpu_count}):
-            service = _probe(name, tensor_parallel=tensor_parallel, max_model_len=context)
-            problem = parallelism_problem(service)
-            attempts.append((tensor_parallel, problem, None if problem else fit(service, hardware)))
-            if problem is None and attempts[-1][2].starts:
-                break
-        tensor_parallel, problem, sized = next((a for a in attempts if a[2] and a[2].starts), attempts[-1])
-        row = {"gpu": instance.gpu.name, "instance_type": instance.name, "gpus_per_node": instance.gpu_count,
-               "context": context, "tensor_parallel": tensor_parallel}
+        tried: tuple[InstanceType, ModelServiceSpec, str | None, Any] | None = None
+        fewer_than = 0
+        for node in _node_types(instance):
+            hardware = PoolHardware(NodePoolSpec(name=PROBE_POOL, instance_types=[node.name], max_nodes=1))
+            for service in _layouts(name, context, node, fewer_than):
+                problem = parallelism_problem(service)
+                tried = (node, service, problem, None if problem else fit(service, hardware))
+                if tried[3] is not None and tried[3].starts:
+                    break
+            else:
+                fewer_than = node.gpu_count
+                continue
+            break
+        node, service, problem, sized = tried
+        row = {"gpu": node.gpu.name, "instance_type": node.name, "gpus_per_node": node.gpu_count,
+               "context": context, "tensor_parallel": service.tensor_parallel,
+               "expert_parallel": service.resolved_expert_parallel}
         if sized is None:
             yield row | {"fits": False, "sequences": 0, "problem": problem}
             continue
@@ -222,9 +254,10 @@ def report_as_text(report: dict[str, Any]) -> str:
         lines.append("  catalog checkpoints:")
         lines += [f"    {c['name']}: {c['format']} ({c['source']})" for c in report["checkpoints"]]
     header = ["GPU", "INSTANCE", "CONTEXT", "TP", "FITS", "SEQUENCES", "WEIGHTS GiB/GPU", "KV TOKENS"]
-    body = [[f["gpu"], f["instance_type"], str(f["context"]), str(f["tensor_parallel"]), "yes" if f["fits"] else "no",
+    body = [[f["gpu"], f["instance_type"], str(f["context"]),
+             f"{f['tensor_parallel']}{' + EP' if f['expert_parallel'] else ''}", "yes" if f["fits"] else "no",
              str(f["sequences"]), str(f.get("weights_gib_per_gpu", "-")), str(f.get("kv_cache_tokens", f.get("problem", "-")))]
             for f in report["fits"]]
-    lines += ["", "Where it fits (one replica; full-length sequences held at once; TP = GPUs of the node when one "
-              "GPU is not enough):", _table(header, body)]
+    lines += ["", "Where it fits (one replica; full-length sequences held at once; TP = the fewest GPUs of a node "
+              "of that GPU that hold it, + EP with expert parallelism):", _table(header, body)]
     return "\n".join(lines)

@@ -9,8 +9,9 @@ from typing import Any, Mapping
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.engine.recorder import Recording
+from inferstack.planning.auto_placement import auto_placement_reasons
 from inferstack.planning.cost import nodes_at_min_scale, nodes_cost, stack_costs
-from inferstack.planning.node_groups import nodes_at
+from inferstack.planning.node_groups import capacity_block_lifecycle, nodes_at
 from inferstack.planning.interruption import interruption_plan
 from inferstack.planning.node_health import node_health_plan
 from inferstack.planning.pool_capacity import advertised_per_node, nodes_for_replicas
@@ -19,6 +20,7 @@ from inferstack.presentation.pool_drawing import pack
 from inferstack.serving import names
 from inferstack.serving.transport import transport
 from inferstack.spec import ModelServiceSpec, StackSpec
+from inferstack.spec.pool_checks import zone_offering_doubt
 from inferstack.spec.pools import PoolHardware
 from inferstack.validation import ValidatedStack, as_validated
 
@@ -88,6 +90,8 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                 # How Karpenter may take the pool's nodes away (consolidation, drift window, expiry); None for
                 # node groups, which change only on updates (see rollouts).
                 "karpenter_disruption": disruption_summary(pool, spec.platform.maintenance_window) if karpenter else None,
+                "capacity_block": capacity_block_lifecycle(pool, karpenter),
+                "zone_doubt": zone_offering_doubt(spec, pool),
             }
         )
     return rows
@@ -122,8 +126,9 @@ def weights_format(model, hardware: PoolHardware) -> dict[str, Any]:
     }
 
 
-def placements(spec: StackSpec, auto_placed: tuple[str, ...]) -> list[dict[str, Any]]:
-    """One row per engine of the stack as it deploys; `auto_placed` names the services auto placement placed."""
+def placements(spec: StackSpec, auto_reasons: Mapping[str, str]) -> list[dict[str, Any]]:
+    """One row per engine of the stack as it deploys; `auto_reasons` says, per service auto placement placed, which
+    pool it chose and why."""
     rows = []
     for model in spec.models:
         hardware = PoolHardware(spec.pool(model.pool))
@@ -137,7 +142,8 @@ def placements(spec: StackSpec, auto_placed: tuple[str, ...]) -> list[dict[str, 
                 "model": model.name,
                 "role": model.pd_role,
                 "pool": model.pool,
-                "auto_placed": model.name in auto_placed,
+                "auto_placed": model.name in auto_reasons,
+                "auto_reason": auto_reasons.get(model.name),
                 "device": model.mig_profile or hardware.gpu.name,
                 "devices_per_replica": result.devices,
                 "layout": parallel_layout(model),
@@ -525,11 +531,25 @@ def policy_results(spec: StackSpec, recording: Recording) -> list[dict[str, Any]
     return [r.as_dict() for r in run_policies(resources, spec.environment, spec_policy_config(spec))]
 
 
+def karpenter_plan(spec: StackSpec) -> dict[str, Any] | None:
+    """Under Karpenter: what the account needs for spot launches, and where system pods find CPU room."""
+    if not spec.platform.karpenter:
+        return None
+    from inferstack.aws.karpenter import spot_service_linked_role_note
+    from inferstack.platform.karpenter_pools import cpu_pool_note
+
+    return {
+        "spot_service_linked_role": spot_service_linked_role_note(spec),
+        "spot_service_linked_role_created": spec.platform.create_spot_service_linked_role,
+        "system_capacity": cpu_pool_note(spec),
+    }
+
+
 def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[str, Any]:
     validated = as_validated(stack)
     spec = validated.stack   # the placements the program deployed, `auto` ones decided
     pools = node_pools(spec)
-    rows = placements(spec, validated.auto_placed)
+    rows = placements(spec, auto_placement_reasons(validated.written, validated.pools) if validated.auto_placed else {})
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
     return {
         "stack": spec.environment,
@@ -543,6 +563,7 @@ def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[
             "unanswered_outputs": list(recording.unanswered),
         },
         "node_pools": pools,
+        "karpenter": karpenter_plan(spec),
         "placements": rows,
         "totals": {
             "gpus_max": sum(p["gpus_per_node"] * p["nodes"]["max"] for p in pools),

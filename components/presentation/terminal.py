@@ -381,6 +381,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
         )
 
     print_node_pools(plan["node_pools"], console, warnings)
+    if plan.get("karpenter"):
+        print_karpenter(plan["karpenter"], console, warnings)
     if plan["placements"]:
         print_placements(plan["placements"], console, warnings)
     if work:
@@ -446,7 +448,11 @@ def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Wa
                 f"{keep(disruption['consolidate_after'])}, disruption budgets {limits}; nodes expire after "
                 f"{keep(disruption['expire_after'])}; {drain}",
                 indent=2, markup=False)
+        if pool.get("capacity_block"):
+            say(console, f"{pool['name']}: {pool['capacity_block']}", indent=2, markup=False)
     for pool in pools:
+        if pool.get("zone_doubt"):
+            warnings.add(f"node pool {pool['name']}", pool["zone_doubt"])
         at_min = pool["at_scale"]["min"]["on_demand_nodes"] + pool["at_scale"]["min"]["spot_nodes"]
         if pool["nodes_for_min_replicas"] > at_min:
             warnings.add(
@@ -505,6 +511,9 @@ def print_placements(rows: list[dict[str, Any]], console: Console, warnings: War
             f"download), held {held}: {weights['kernel']}; KV cache per token: {row['kv_formula']}; "
             f"{row['layout']}, {row['weights_gib_per_device']:.1f} GiB of weights per GPU",
             indent=2, markup=False)
+    for row in rows:
+        if row.get("auto_reason"):
+            say(console, f"{row['model']}: {row['auto_reason']}", indent=2, markup=False)
     for row in rows:
         if row["transport"] != "in-node":
             say(console, f"{row['model']}: between its nodes, {row['transport_detail']}", indent=2, markup=False)
@@ -697,13 +706,23 @@ def print_interruption(interruption: dict[str, Any], console: Console, warnings:
         warnings.print(console)
 
 
+def print_karpenter(karpenter: dict[str, Any], console: Console, warnings: Warnings) -> None:
+    """Where system pods run under Karpenter; the account's spot role, a warning until the stack creates it."""
+    say(console, f"System capacity: {karpenter['system_capacity']}", markup=False)
+    if (role := karpenter["spot_service_linked_role"]) is not None:
+        if karpenter["spot_service_linked_role_created"]:
+            say(console, f"Spot: {role}", markup=False)
+        else:
+            warnings.add("spot NodePools", role)
+
+
 def print_node_health(health: dict[str, Any], console: Console) -> None:
-    """GPU node health: the agent that watches the GPUs, and per pool what replaces a sick node."""
+    """GPU node health: the agent that watches the GPUs, and per pool what happens when one of its nodes fails."""
     agent = health["agent"]
     say(console, f"GPU node health: {agent['addon']} {agent['version']} add-on" if agent
         else "GPU node health: no agent installed", markup=False)
     for pool in health["pools"]:
-        say(console, f"{pool['pool']}: {pool['why']}; repair: {pool['repair']}", indent=2, markup=False)
+        say(console, f"{pool['pool']}: {pool['why']}; one node fails: {pool['one_node_fails']}", indent=2, markup=False)
 
 
 def _steps(steps: Iterable[str]) -> str:

@@ -36,7 +36,6 @@ import yaml
 from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.core.v1 import ConfigMap, Service, ServiceAccount
-from pulumi_kubernetes.rbac.v1 import Role, RoleBinding
 from pulumi_kubernetes.yaml.v2 import ConfigFile
 
 from inferstack.catalog.charts import MANIFESTS, chart
@@ -45,6 +44,7 @@ from inferstack.planning import kv_offload
 from inferstack.serving import disaggregation, names, pods
 from inferstack.serving.inference_api import INFERENCE_GROUP, INFERENCE_POOL_API_VERSION
 from inferstack.serving.model_service import pool_selector
+from inferstack.serving.rbac import granted_role
 from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import ModelServiceSpec, StackSpec
 
@@ -296,9 +296,11 @@ class ModelRoute(pulumi.ComponentResource):
         self.service_account = ServiceAccount(
             f"{name}-epp-sa", metadata={"name": picker, "namespace": namespace, "labels": labels}, opts=child
         )
-        role = Role(
-            f"{name}-epp-role",
-            metadata={"name": picker, "namespace": namespace, "labels": labels},
+        binding = granted_role(
+            f"{name}-epp",
+            name=picker,
+            namespace=namespace,
+            labels=labels,
             rules=[
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": [INFERENCE_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
@@ -308,14 +310,10 @@ class ModelRoute(pulumi.ComponentResource):
                     "verbs": ["get", "list", "watch"],
                 },
             ],
-            opts=child,
-        )
-        binding = RoleBinding(
-            f"{name}-epp-rolebinding",
-            metadata={"name": picker, "namespace": namespace, "labels": labels},
-            subjects=[{"kind": "ServiceAccount", "name": picker, "namespace": namespace}],
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": picker},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, self.service_account]),
+            service_account=picker,
+            parent=self,
+            depends_on=args.depends_on,
+            binding_waits_for=[self.service_account],
         )
         config = ConfigMap(
             f"{name}-epp-config",

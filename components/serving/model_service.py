@@ -20,7 +20,6 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.core.v1 import ConfigMap, Service
 from pulumi_kubernetes.policy.v1 import PodDisruptionBudget
-from pulumi_kubernetes.rbac.v1 import Role, RoleBinding
 
 from inferstack.catalog.vllm_images import DEFAULT_EFA_VLLM_IMAGE, VLLM_IMAGES
 from inferstack.conventions import (
@@ -37,10 +36,10 @@ from inferstack.planning.rollout import rollout
 from inferstack.planning.interruption import SERVING_BUDGET
 from inferstack.serving import disaggregation, names, pods
 from inferstack.serving.inference_api import INFERENCE_POOL_API_VERSION
+from inferstack.serving.rbac import granted_role
 from inferstack.serving.transport import Transport, transport
 from inferstack.serving.vllm_args import DECODE_ENGINE_PORT, VLLM_PORT, serve_argv
-from inferstack.planning.creation_times import replica_parts
-from inferstack.planning.sizing import checkpoint_bytes, load_seconds
+from inferstack.planning.sizing import load_seconds, startup_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.weights.prefetch import PIN_SCRIPT, render_pin_script, render_prefetch_script
@@ -87,19 +86,6 @@ def scale_target(model: ModelServiceSpec) -> ScaleTarget:
     if model.multi_node:
         return ScaleTarget(LWS_API_VERSION, "LeaderWorkerSet", names.workload(model))
     return ScaleTarget("apps/v1", "Deployment", names.workload(model))
-
-
-def startup_seconds(model: ModelServiceSpec) -> float:
-    """How long a container may take from its start to serving. One pod: the model's load. A multi-node group's
-    leader serves only once every node's engine has joined (vLLM 0.33.0 v1/engine/utils.py:1403-1445
-    wait_for_engine_startup, remote engines included), and LWS creates the workers only after the leader
-    (startupPolicy LeaderCreated), possibly on a node still to be launched: its budget covers a member's whole cold
-    start, node boot, image pull, weight copy, load and warm-up (planning/creation_times.py replica_parts), since
-    a leader restart recreates the group (restartPolicy RecreateGroupOnPodRestart) and starts it all again."""
-    if not model.multi_node:
-        return load_seconds(model)
-    cold = replica_parts(checkpoint_bytes(model), model.weight_loader, new_node=True)
-    return max(load_seconds(model), sum(seconds for _, _, seconds in cold))
 
 
 def startup_failure_threshold(model: ModelServiceSpec) -> int:
@@ -392,7 +378,6 @@ class ModelService(pulumi.ComponentResource):
             raise ValueError(f"{model.name}: a decode role's sidecar needs the InferencePool CRD, which the gateway installs")
         namespace, allowlist = spec.serving_namespace, disaggregation.prefill_allowlist(model.name)
         labels = pods.object_labels(model.name)
-        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
         pool = CustomResource(
             f"{name}-prefill-allowlist",
             api_version=INFERENCE_POOL_API_VERSION,
@@ -401,17 +386,14 @@ class ModelService(pulumi.ComponentResource):
             spec=disaggregation.prefill_allowlist_spec(model.name),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.inference_crds]),
         )
-        role = Role(
-            f"{name}-routing-sidecar-role",
-            metadata={"name": allowlist, "namespace": namespace, "labels": labels},
+        binding = granted_role(
+            f"{name}-routing-sidecar",
+            name=allowlist,
+            namespace=namespace,
+            labels=labels,
             rules=disaggregation.sidecar_rules(model.name),
-            opts=child,
-        )
-        binding = RoleBinding(
-            f"{name}-routing-sidecar-rolebinding",
-            metadata={"name": allowlist, "namespace": namespace, "labels": labels},
-            subjects=[{"kind": "ServiceAccount", "name": MODEL_READER_SERVICE_ACCOUNT, "namespace": namespace}],
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": allowlist},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, role]),
+            service_account=MODEL_READER_SERVICE_ACCOUNT,
+            parent=self,
+            depends_on=args.depends_on,
         )
         return [pool, binding]   # the binding follows its Role

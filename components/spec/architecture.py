@@ -26,6 +26,11 @@ class ModelArchitecture(Model):
     tied_embeddings: bool = Field(
         False, description="The LM head shares the token embedding (config.json tie_word_embeddings). Defaults to false."
     )
+    vision_params_billion: float | None = Field(
+        None, gt=0, description="Parameters of a multimodal model's vision encoder and projector, part of "
+        "params_billion: quantized checkpoints leave them in 16 bits (their quantization ignore lists). Defaults to "
+        "none (a text-only model).",
+    )
     # Mixture of experts (config.json num_local_experts / n_routed_experts, num_experts_per_tok, ...).
     active_params_billion: float | None = Field(
         None, gt=0, description="Parameters a token uses (MoE: shared weights plus its experts). Defaults to all."
@@ -52,6 +57,14 @@ class ModelArchitecture(Model):
         None, ge=0, description="Layers that use the sliding window; the rest attend the full context. Defaults to all "
         "layers when sliding_window is set.",
     )
+    attention_chunk_size: int | None = Field(
+        None, ge=1, description="Tokens a chunked local-attention layer attends: its own chunk (Llama 4's "
+        "config.json attention_chunk_size, 8192). Defaults to none.",
+    )
+    chunked_layers: int = Field(
+        0, ge=0, description="Layers that use chunked local attention (Llama 4: those whose no_rope_layers entry is "
+        "1, 36 of 48); the rest attend the full context. Defaults to 0.",
+    )
 
     @model_validator(mode="after")
     def _kinds_complete(self) -> "ModelArchitecture":
@@ -70,7 +83,25 @@ class ModelArchitecture(Model):
                 f"experts_per_token {self.experts_per_token} is more than experts {self.experts}. To fix: use the "
                 "config.json's num_experts_per_tok"
             )
-        for name in ("moe_layers", "sliding_window_layers"):
+        if self.attention_heads % self.kv_heads:
+            # vLLM asserts it building each attention layer (vLLM 0.33.0 model_executor/layers/attention/attention.py:329).
+            divisors = [n for n in range(1, self.attention_heads + 1) if self.attention_heads % n == 0]
+            raise ValueError(
+                f"kv_heads {self.kv_heads} does not divide attention_heads {self.attention_heads}: each KV head serves "
+                f"a whole group of query heads. To fix: use the config.json's num_key_value_heads (one of "
+                f"{', '.join(map(str, divisors))})"
+            )
+        if self.chunked_layers and self.attention_chunk_size is None:
+            raise ValueError(
+                f"chunked_layers {self.chunked_layers} needs attention_chunk_size. To fix: set it from the model's "
+                "config.json attention_chunk_size, or chunked_layers 0"
+            )
+        if self.vision_params_billion is not None and self.vision_params_billion >= self.params_billion:
+            raise ValueError(
+                f"vision_params_billion {self.vision_params_billion} is not less than params_billion "
+                f"{self.params_billion}, which holds it. To fix: give the vision encoder's share of the total"
+            )
+        for name in ("moe_layers", "sliding_window_layers", "chunked_layers"):
             value = getattr(self, name)
             if value is not None and value > self.layers:
                 raise ValueError(f"{name} {value} is more than layers {self.layers}. To fix: at most {self.layers}")
@@ -124,6 +155,15 @@ class CheckpointFormat(Model):
     scale_bits: Literal[8, 16] = Field(
         16, description="Bits of each group's scale: 16 (AWQ, GPTQ), 8 (MXFP4's E8M0 per 32 weights, NVFP4's E4M3 "
         "per 16). Defaults to 16."
+    )
+    weight_block_size: tuple[int, int] | None = Field(
+        None, description="[block_n, block_k] of FP8 block-wise scales (quantization_config.weight_block_size, e.g. "
+        "[128, 128]); none for per-tensor or per-channel scales. Defaults to none.",
+    )
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(
+        "auto", description="The KV-cache format the checkpoint stores scales for, which vLLM runs for "
+        "--kv-cache-dtype auto: fp8 for a ModelOpt kv_cache_quant_algo FP8 (vLLM resolves auto only for ModelOpt "
+        "checkpoints). Defaults to auto (the activation dtype).",
     )
     applies_to: Literal["linear", "experts"] = Field(
         "linear",

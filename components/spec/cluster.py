@@ -64,7 +64,9 @@ class CreateCluster(Model):
     mode: Literal["create"] = Field("create", description="Create a new EKS cluster. Defaults to create.")
     name: Name | None = Field(None, description="Cluster name. Defaults to '<environment>-inference'.")
     kubernetes_version: str = Field(
-        "1.36", pattern=r"^1\.\d{2}$", description="EKS Kubernetes version. Defaults to 1.36."
+        "1.36", pattern=r"^1\.\d{2}$",
+        description="EKS Kubernetes minor version: one EKS supports and components/catalog/eks_addons.json pins "
+        "add-ons for (its calendar records each minor's end of standard and extended support). Defaults to 1.36.",
     )
     endpoint_public_access: bool = Field(
         False,

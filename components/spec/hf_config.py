@@ -3,7 +3,10 @@
 The keys are those the transformers configuration classes define (huggingface/transformers
 src/transformers/models/<family>/configuration_<family>.py: llama, qwen3, qwen3_moe, deepseek_v3,
 gpt_oss, mixtral, gemma3, phi3); a vision-language config nests its text model under `text_config`
-(Gemma 3). Unknown keys are ignored; missing required ones are one error naming them all and the file.
+(Gemma 3, Llama 4). Unknown keys are ignored; missing required ones are one error naming them all and the file.
+Llama 4's layers are read as vLLM 0.33.0 builds them (model_executor/models/llama4.py); the stored format comes
+from config.json's quantization_config, else from hf_quant_config.json beside it (ModelOpt 0.29 and before),
+as vLLM reads them. The vision encoder of a multimodal config is not counted: `params_billion` is the text model's.
 
 config.json holds no parameter count, so `params_billion` is computed from the shapes:
 
@@ -16,7 +19,7 @@ config.json holds no parameter count, so `params_billion` is computed from the s
                  and the q_lora_rank and kv_lora_rank norms
     MLP          dense layer: 3 x hidden x intermediate (gate, up, down; 2 x for the ungated BERT family)
                  MoE layer: (experts + shared_experts) x 3 x hidden x expert_intermediate, plus the router
-                 hidden x experts
+                 hidden x experts (Llama 4: dense layers are intermediate_size_mlp wide, experts intermediate_size)
     norms        2 x hidden per layer and the final hidden
 Biases, attention sinks and Qwen3's per-head q/k norms are under 0.1% and left out.
 
@@ -37,6 +40,9 @@ from inferstack.spec.architecture import CheckpointFormat, ModelArchitecture
 from inferstack.spec.errors import SpecError, describe_validation_error
 
 CONFIG_FILE = "config.json"
+# ModelOpt 0.29 and before keep the quantization config in this file beside config.json, which vLLM reads when
+# config.json has no quantization_config (vLLM 0.33.0 transformers_utils/config.py:951-962).
+MODELOPT_QUANT_FILE = "hf_quant_config.json"
 
 # Present in every config these families write; everything else has a default or is optional.
 REQUIRED_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "vocab_size")
@@ -47,6 +53,12 @@ MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 # Encoder families whose MLP is two matrices (up, down) rather than a gated three.
 UNGATED_MLP = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet"})
+# Llama 4's text model (vLLM 0.33.0 model_executor/models/llama4.py): every interleave_moe_layer_step-th
+# layer is MoE with one shared expert beside the routed ones, the others dense of intermediate_size_mlp;
+# layers whose no_rope_layers entry is 1 use chunked local attention of attention_chunk_size.
+LLAMA4 = frozenset({"llama4", "llama4_text"})
+# transformers' Llama4TextConfig defaults for the keys a config.json may leave out.
+LLAMA4_DEFAULTS = {"interleave_moe_layer_step": 1, "no_rope_layer_interval": 4, "attention_chunk_size": 8192}
 # architectures[0] suffixes of models that generate text; any other named head (BertModel,
 # XLMRobertaModel, *ForSequenceClassification) serves embeddings or scores.
 GENERATING_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
@@ -107,10 +119,13 @@ def architecture_from_mapping(config: dict[str, Any], file: Path) -> ModelArchit
     if mla:
         missing += [key for key in MLA_KEYS if text.get(key) is None]
     moe = _moe(text, model_type)
-    if text.get("intermediate_size") is None and (moe is None or moe["dense_layers"] or moe["size"] is None):
-        missing.append("intermediate_size")
+    dense_key = _dense_intermediate_key(model_type)
+    if text.get(dense_key) is None and (moe is None or moe["dense_layers"]):
+        missing.append(dense_key)
     if moe is not None and moe["size"] is None and "intermediate_size" not in missing:
-        missing.append("moe_intermediate_size")
+        missing.append("intermediate_size")
+    if moe is not None and moe["per_token"] is None:
+        missing.append("num_experts_per_tok")
     if missing:
         raise SpecError(
             str(file),
@@ -131,6 +146,7 @@ def architecture_from_mapping(config: dict[str, Any], file: Path) -> ModelArchit
         "vocab_size": shapes["vocab"],
         "tied_embeddings": shapes["tied"],
         **_window(text, model_type, shapes["layers"]),
+        **_chunked(text, model_type, shapes["layers"]),
     }
     if mla:
         fields |= {"attention": "mla", "kv_lora_rank": text["kv_lora_rank"], "qk_rope_head_dim": text["qk_rope_head_dim"]}
@@ -164,15 +180,30 @@ def _task(config: dict[str, Any]) -> str:
     return "embed"
 
 
+def _dense_intermediate_key(model_type: str) -> str:
+    """The key sizing a dense layer's MLP: Llama 4's dense layers are intermediate_size_mlp wide, its
+    intermediate_size is one expert's."""
+    return "intermediate_size_mlp" if model_type in LLAMA4 else "intermediate_size"
+
+
 def _moe(text: dict[str, Any], model_type: str) -> dict[str, Any] | None:
     """Experts and MoE layers, or None for a dense model. The keys differ by family: num_local_experts
-    (Mixtral, gpt-oss), num_experts (Qwen3-MoE), n_routed_experts with first_k_dense_replace dense layers
-    (DeepSeek-V3), mlp_only_layers and decoder_sparse_step (Qwen3-MoE's modeling_qwen3_moe.py)."""
+    (Mixtral, gpt-oss, Llama 4), num_experts (Qwen3-MoE), n_routed_experts with first_k_dense_replace dense
+    layers (DeepSeek-V3), mlp_only_layers and decoder_sparse_step (Qwen3-MoE's modeling_qwen3_moe.py),
+    interleave_moe_layer_step (Llama 4, as vLLM's llama4.py builds its layers: layer i is MoE when
+    (i + 1) % step == 0, with one shared expert)."""
     experts = next((text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if text.get(k)), None)
     if not experts or experts < 2:
         return None
     layers = text.get("num_hidden_layers") or 0
-    if text.get("first_k_dense_replace") is not None:
+    shared = text.get("n_shared_experts") or 0
+    if model_type in LLAMA4:
+        step = text.get("interleave_moe_layer_step", LLAMA4_DEFAULTS["interleave_moe_layer_step"])
+        moe_layers = sum(1 for i in range(layers) if step > 0 and (i + 1) % step == 0)
+        shared = 1
+        if not moe_layers:
+            return None
+    elif text.get("first_k_dense_replace") is not None:
         moe_layers = max(0, layers - text["first_k_dense_replace"])
     else:
         dense_only = set(text.get("mlp_only_layers") or [])
@@ -181,10 +212,11 @@ def _moe(text: dict[str, Any], model_type: str) -> dict[str, Any] | None:
     return {
         "experts": experts,
         "per_token": text.get("num_experts_per_tok"),
-        "shared": text.get("n_shared_experts") or 0,
+        "shared": shared,
         "layers": moe_layers,
         "dense_layers": layers - moe_layers,
-        # Mixtral and gpt-oss size each expert by intermediate_size; DeepSeek and Qwen3-MoE say moe_intermediate_size.
+        # Mixtral, gpt-oss and Llama 4 size each expert by intermediate_size; DeepSeek and Qwen3-MoE say
+        # moe_intermediate_size.
         "size": text.get("moe_intermediate_size") or text.get("intermediate_size"),
     }
 
@@ -208,7 +240,7 @@ def _shapes(
         "vocab": text["vocab_size"],
         "tied": model_type in TIED_BY_DEFAULT if tied is None else bool(tied),
         "lm_head": generates,
-        "intermediate": text.get("intermediate_size"),
+        "intermediate": text.get(_dense_intermediate_key(model_type)),
         "gated": model_type not in UNGATED_MLP,
         "mla": {k: text.get(k) for k in ("q_lora_rank", *MLA_KEYS)} if mla else None,
         "moe": moe,
@@ -285,6 +317,19 @@ def _window(text: dict[str, Any], model_type: str, layers: int) -> dict[str, Any
     return {"sliding_window": window, "sliding_window_layers": windowed} if windowed else {}
 
 
+def _chunked(text: dict[str, Any], model_type: str, layers: int) -> dict[str, Any]:
+    """Llama 4's chunked local attention: vLLM builds ChunkedLocalAttention on each layer whose no_rope_layers
+    entry is 1 (RoPE layers) when attention_chunk_size is set; transformers fills an absent or empty
+    no_rope_layers with a NoPE layer every no_rope_layer_interval layers."""
+    if model_type not in LLAMA4:
+        return {}
+    chunk = text.get("attention_chunk_size", LLAMA4_DEFAULTS["attention_chunk_size"])
+    interval = text.get("no_rope_layer_interval") or LLAMA4_DEFAULTS["no_rope_layer_interval"]
+    rope_layers = text.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+    chunked = sum(1 for flag in rope_layers[:layers] if flag)
+    return {"attention_chunk_size": chunk, "chunked_layers": chunked} if chunk and chunked else {}
+
+
 # ------------------------------------------------------------------------------------- stored format
 
 # vLLM's quantization_config names for the formats CheckpointFormat expresses.
@@ -299,11 +344,11 @@ NVFP4 = {"weight_bits": 4, "weight_type": "float", "group_size": 16, "scale_bits
 
 
 def checkpoint_format_from_mapping(config: dict[str, Any], file: Path) -> CheckpointFormat | None:
-    quant = config.get("quantization_config")
+    quant, where = _quantization_config(config, file)
     if quant is None:
         return None
-    method = quant.get("quant_method")
-    path = f"{file}: quantization_config.quant_method"
+    method = _quant_method(quant)
+    path = f"{where}: {'quantization_config' if where == file else 'quantization'}.quant_method"
     if method not in EXPRESSED_METHODS:
         raise SpecError(path, f"{method!r} is a stored format inferstack cannot size",
                         f"serve a checkpoint stored as one of {', '.join(EXPRESSED_METHODS)}, or the 16-bit model")
@@ -314,6 +359,40 @@ def checkpoint_format_from_mapping(config: dict[str, Any], file: Path) -> Checkp
         problem = describe_validation_error(error, CheckpointFormat)
         raise SpecError(path, f"{method!r} as stored here cannot be expressed ({problem.path}: {problem.problem})",
                         "serve a checkpoint of a format CheckpointFormat lists") from None
+
+
+def _quantization_config(config: dict[str, Any], file: Path) -> tuple[dict[str, Any] | None, Path]:
+    """The quantization config vLLM reads, and its file: config.json's quantization_config, else its
+    text_config's (a vision-language model's; vLLM 0.33.0 model_executor/model_loader/weight_utils.py:240-244),
+    else hf_quant_config.json beside it."""
+    for quant in (config.get("quantization_config"), _text_config(config).get("quantization_config")):
+        if isinstance(quant, dict):
+            return quant, file
+    beside = file.parent / MODELOPT_QUANT_FILE
+    if beside.is_file():
+        return read_config(beside), beside
+    return None, file
+
+
+def _quant_method(quant: dict[str, Any]) -> Any:
+    """quant_method as vLLM normalises it: a ModelOpt config names its producer instead (hf_quant_config.json),
+    and modelopt_fp4 / modelopt_mixed are ModelOpt too (vLLM 0.33.0
+    transformers_utils/model_arch_config_convertor.py:241-281)."""
+    producer = quant.get("producer")
+    if isinstance(producer, dict) and producer.get("name") == "modelopt":
+        return "modelopt"
+    method = quant.get("quant_method")
+    if isinstance(method, str):
+        method = method.lower().replace("compressed_tensors", "compressed-tensors")
+        return "modelopt" if method.startswith("modelopt") else method
+    return method
+
+
+def _block(size: Any) -> tuple[int, int] | None:
+    """[block_n, block_k] of block-wise FP8 scales; None for per-tensor or per-channel ones."""
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size):
+        return (size[0], size[1])
+    return None
 
 
 def _group(size: Any) -> int | None:
@@ -337,7 +416,8 @@ def _format_fields(method: str, quant: dict[str, Any], path: str) -> dict[str, A
         return {"quant_method": "gptq", "weight_bits": quant.get("bits", 4), "weight_type": "int",
                 "group_size": group, "zero_points": group is not None}
     if method == "fp8":
-        return {"quant_method": "fp8", "weight_bits": 8, "weight_type": "float", "activation_bits": 8}
+        return {"quant_method": "fp8", "weight_bits": 8, "weight_type": "float", "activation_bits": 8,
+                "weight_block_size": _block(quant.get("weight_block_size"))}
     if method == "mxfp4":
         return {"quant_method": "mxfp4", "weight_bits": 4, "weight_type": "float", "group_size": 32,
                 "scale_bits": 8, "applies_to": "experts"}
@@ -355,6 +435,7 @@ def _format_fields(method: str, quant: dict[str, Any], path: str) -> dict[str, A
         "weight_type": weights.get("type", "int"),
         "activation_bits": activations.get("num_bits", 16) if activations else 16,
         "group_size": _group(weights.get("group_size")) if weights.get("strategy") == "group" else None,
+        "weight_block_size": _block(weights.get("block_structure")) if weights.get("strategy") == "block" else None,
     }
     fields["zero_points"] = fields["group_size"] is not None and weights.get("symmetric") is False
     if fields["weight_type"] == "float" and fields["weight_bits"] == 4:
@@ -365,11 +446,27 @@ def _format_fields(method: str, quant: dict[str, Any], path: str) -> dict[str, A
 
 def _modelopt_fields(quant: dict[str, Any], path: str) -> dict[str, Any]:
     nested = quant.get("quantization")
-    algo = str((nested if isinstance(nested, dict) else quant).get("quant_algo", "")).upper()
+    inner = nested if isinstance(nested, dict) else quant
+    algo = str(inner.get("quant_algo", "")).upper()
     if algo not in MODELOPT_ALGOS:
         raise SpecError(f"{path.rsplit('.', 1)[0]}.quant_algo", f"ModelOpt's {algo or 'missing'!r} is a quant_algo "
                         "inferstack cannot size", f"serve a ModelOpt checkpoint of {', '.join(MODELOPT_ALGOS)}")
     weight_bits, activation_bits = MODELOPT_ALGOS[algo]
+    kv = {"kv_cache_dtype": _modelopt_kv_cache_dtype(quant, inner)}
     if weight_bits == 4:
-        return {"quant_method": "modelopt", **NVFP4, "activation_bits": activation_bits}
-    return {"quant_method": "modelopt", "weight_bits": 8, "weight_type": "float", "activation_bits": activation_bits}
+        return {"quant_method": "modelopt", **NVFP4, "activation_bits": activation_bits, **kv}
+    block = (128, 128) if algo == "FP8_PB_WO" else None
+    return {"quant_method": "modelopt", "weight_bits": 8, "weight_type": "float", "activation_bits": activation_bits,
+            "weight_block_size": block, **kv}
+
+
+def _modelopt_kv_cache_dtype(quant: dict[str, Any], inner: dict[str, Any]) -> str:
+    """The KV format vLLM runs for --kv-cache-dtype auto on a ModelOpt checkpoint: fp8 for kv_cache_quant_algo
+    FP8 or a static 8-bit float kv_cache_scheme (vLLM 0.33.0 utils/torch_utils.py get_kv_cache_quant_algo_string,
+    443-491); anything else leaves the activation dtype."""
+    algo = inner.get("kv_cache_scheme") or quant.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo") \
+        or quant.get("kv_cache_quant_algo")
+    if isinstance(algo, dict):
+        static_fp8 = algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float"
+        return "fp8" if static_fp8 else "auto"
+    return "fp8" if isinstance(algo, str) and algo.lower() == "fp8" else "auto"

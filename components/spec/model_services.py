@@ -330,3 +330,10 @@ class ModelServiceSpec(Model):
         if self.checkpoint_format is not None:
             return self.checkpoint_format
         return catalog_stored_format(self.model) or SIXTEEN_BIT
+
+    @property
+    def resolved_kv_cache_dtype(self) -> str:
+        """The KV dtype vLLM runs: for --kv-cache-dtype auto, the format the checkpoint stores KV scales for."""
+        if self.kv_cache_dtype == "auto":
+            return self.stored_format.kv_cache_dtype
+        return self.kv_cache_dtype

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from inferstack.spec.base import Model, Name
 
@@ -43,6 +43,27 @@ class MaintenanceWindowSpec(Model):
     hours: int = Field(4, ge=1, le=23, description="Length of the window in hours. Defaults to 4.")
 
 
+class KarpenterCpuPoolSpec(Model):
+    """A Karpenter NodePool of general-purpose CPU nodes for the system pods the system node group cannot hold."""
+
+    enabled: bool = Field(
+        False,
+        description="Under Karpenter, add a NodePool of on-demand CPU nodes for system pods (CoreDNS, Prometheus, "
+        "KEDA, gateways, endpoint pickers) beyond the fixed system node group, which nothing scales under "
+        "Karpenter. The Karpenter controller itself stays on the system node group: it must not run on nodes it "
+        "manages. Defaults to false.",
+    )
+    max_vcpus: int = Field(
+        32, ge=2, description="Most vCPUs the NodePool's nodes may have together (its limits.cpu). Defaults to 32."
+    )
+    instance_categories: list[Literal["c", "m", "r"]] = Field(
+        default_factory=lambda: ["c", "m", "r"],
+        min_length=1,
+        description="EC2 instance categories Karpenter may pick from (compute, general purpose, memory optimized), "
+        "generation 3 and newer, as Karpenter's getting-started NodePool. Defaults to c, m and r.",
+    )
+
+
 class PlatformSpec(Model):
     """Cluster add-ons beyond the GPU operator."""
 
@@ -57,6 +78,18 @@ class PlatformSpec(Model):
         description="Under Karpenter, when serving nodes may be replaced for drift, one at a time. Defaults to "
         "02:00-06:00 UTC.",
     )
+    create_spot_service_linked_role: bool = Field(
+        False,
+        description="Under Karpenter with a pool on spot, create the account's EC2 Spot service-linked role "
+        "(AWSServiceRoleForEC2Spot), without which Karpenter's spot launches fail with "
+        "AuthFailure.ServiceLinkedRoleCreationNotPermitted. The role is account-wide and creating it where it "
+        "exists fails (InvalidInput: has been taken), so set true only in an account that never used spot; "
+        "otherwise the plan gives the command that creates it. Defaults to false.",
+    )
+    karpenter_cpu_pool: KarpenterCpuPoolSpec = Field(
+        default_factory=KarpenterCpuPoolSpec,
+        description="Under Karpenter, an opt-in NodePool of on-demand CPU nodes for the system pods. Defaults to off.",
+    )
     node_monitoring_agent: bool = Field(
         True,
         description="Install the EKS node monitoring agent add-on on a created cluster: it sets the node conditions "
@@ -64,6 +97,18 @@ class PlatformSpec(Model):
     )
     keda: bool = Field(True, description="Install KEDA for model and worker autoscaling. Defaults to true.")
     leaderworkerset: bool = Field(True, description="Install LeaderWorkerSet for multi-node models. Defaults to true.")
+
+    @model_validator(mode="after")
+    def _karpenter_settings_need_karpenter(self) -> "PlatformSpec":
+        """The spot role and the CPU NodePool are Karpenter's: set under another autoscaler they would do nothing."""
+        asked = [name for name, on in (("create_spot_service_linked_role", self.create_spot_service_linked_role),
+                                       ("karpenter_cpu_pool.enabled", self.karpenter_cpu_pool.enabled)) if on]
+        if asked and self.node_autoscaler != "karpenter":
+            raise ValueError(
+                f"{' and '.join(asked)} {'apply' if len(asked) > 1 else 'applies'} only under Karpenter, and node_autoscaler is {self.node_autoscaler!r}. "
+                "To fix: set node_autoscaler to 'karpenter', or drop them"
+            )
+        return self
 
     @property
     def karpenter(self) -> bool:

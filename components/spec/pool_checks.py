@@ -4,7 +4,7 @@ are interchangeable, node counts, reservations, EFA, the NVMe cache, GPU sharing
 from __future__ import annotations
 
 from inferstack.catalog import INSTANCE_TYPES, UnknownInstanceType, instance_type
-from inferstack.catalog.offerings import region_zones, zones_offering
+from inferstack.catalog.offerings import region_zones, zone_names_are_shared, zones_offering
 from inferstack.spec.checks import min_max, region_known
 from inferstack.spec.errors import SpecError, did_you_mean, quoted, refusals_of
 from inferstack.spec.node_pools import MigSharing, NodePoolSpec
@@ -36,6 +36,7 @@ def pool_refusals(spec: StackSpec, index: int) -> tuple[PoolHardware | None, lis
     if region_known(spec):
         found += refusals_of(lambda: _check_pool_region(spec, path, pool))
         found += _offering_refusals(spec, path, pool.instance_types)
+        found += _zone_offering_refusals(spec, path, pool)
     return hardware, found
 
 
@@ -105,8 +106,8 @@ def _check_pool_region(spec: StackSpec, path: str, pool: NodePoolSpec) -> None:
 def _offering_refusals(spec: StackSpec, path: str, types: list[str]) -> list[SpecError]:
     """EC2 launches no node of a type its region does not offer (each such type of the pool).
 
-    Zone by zone the data is one account's view: zone names map to physical zones per account in the older
-    regions, so a type missing from a zone name there is not refused.
+    Zone by zone the data is one account's view; `_zone_offering_refusals` refuses a zone only where that view
+    holds for every account.
     """
     found = []
     for j, name in enumerate(types):
@@ -118,6 +119,51 @@ def _offering_refusals(spec: StackSpec, path: str, types: list[str]) -> list[Spe
                 "pick an instance type the region offers, or a region that offers this one",
             ))
     return found
+
+
+def _zones_lacking(spec: StackSpec, pool: NodePoolSpec) -> tuple[list[str], list[str], list[tuple[int, str]]]:
+    """(types the region offers, the zones offering them, (index, zone) of each named zone offering none of them)
+    in the catalog's zone-by-zone data."""
+    offered = {name: zones_offering(spec.region, name) for name in pool.instance_types}
+    offered = {name: zones for name, zones in offered.items() if zones}
+    offering = sorted({zone for zones in offered.values() for zone in zones})
+    known = region_zones().get(spec.region, {})
+    lacking = [(j, zone) for j, zone in enumerate(pool.availability_zones) if zone in known and zone not in offering]
+    return list(offered), offering, lacking if offered else []
+
+
+def zone_offering_doubt(spec: StackSpec, pool: NodePoolSpec) -> str | None:
+    """Where zone names map per account, what the plan says of a named zone the recorded account's offerings lack:
+    it may be right or wrong in the user's account, and the command that tells."""
+    if zone_names_are_shared(spec.region):
+        return None
+    types, offering, lacking = _zones_lacking(spec, pool)
+    if not lacking:
+        return None
+    zones = ", ".join(zone for _, zone in lacking)
+    return (f"{zones} offer{'s' if len(lacking) == 1 else ''} no {', '.join(types)} in the account EC2's offering data "
+            f"was read from (it offers them in {', '.join(offering)}), and zone names map to zones per account in "
+            f"{spec.region}: check yours with `aws ec2 describe-instance-type-offerings --region {spec.region} "
+            f"--location-type availability-zone --filters Name=instance-type,Values={types[0]}`")
+
+
+def _zone_offering_refusals(spec: StackSpec, path: str, pool: NodePoolSpec) -> list[SpecError]:
+    """EC2 launches none of the pool's nodes in a zone it names that offers none of its types (the region's
+    offered types only: the others are refused at instance_types). Only in regions whose zone names mean the
+    same zone in every account: elsewhere the catalog's zone-by-zone data is one account's and proves nothing."""
+    if not zone_names_are_shared(spec.region):
+        return []   # zone_offering_doubt says so in the plan instead
+    offered, offering, lacking = _zones_lacking(spec, pool)
+    types = ", ".join(offered)
+    return [
+        SpecError(
+            f"{path}.availability_zones[{j}]",
+            f"EC2 offers {types} in {spec.region} only in {', '.join(offering)}, not in {zone} (zone names mean "
+            f"the same zone in every account in {spec.region})",
+            f"use {' or '.join(offering)} instead, or an instance type that {zone} offers",
+        )
+        for j, zone in lacking
+    ]
 
 
 def _check_efa(path: str, hardware: PoolHardware) -> None:
