@@ -218,3 +218,13 @@ def test_every_catalog_model_has_a_report(capsys, name: str):
     status, out, _ = run(capsys, name, "--json")
     report = json.loads(out)
     assert status == 0 and report["name"] == name and report["source"] == model_catalog.model_source(name)
+
+
+def test_the_attention_column_names_chunked_local_attention():
+    """Llama 4's 36 chunked layers hold one 8192-token chunk (vLLM 0.33.0 model_executor/models/llama4.py builds
+    ChunkedLocalAttention where no_rope_layers[i] is 1), which is why its KV is far below 48 full layers': the
+    column says so."""
+    from inferstack.presentation.models import architecture, attention
+
+    assert attention(architecture("meta-llama/Llama-4-Scout-17B-16E-Instruct")) == "GQA + 8192-token chunks on 36/48 layers"
+    assert attention(architecture("openai/gpt-oss-120b")) == "GQA + window 128 on 18/36 layers"

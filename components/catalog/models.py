@@ -26,7 +26,8 @@ MODELS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
 # Base model id -> where its architecture, vocabulary and parameter counts were read.
 MODEL_SOURCES: Mapping[str, str] = MappingProxyType(dict(_RAW["model_sources"]))
 # Pre-quantized checkpoint id -> {"base_model", "format" (CheckpointFormat fields), optional "download_gb" (the
-# repository's files, where they hold more than the served weights), "source"}.
+# repository's files, where they hold more than the served weights), optional "intermediate_size" (the dense MLP
+# width its config.json states where the quantizer padded it for tensor parallelism), "source"}.
 CHECKPOINTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {name: MappingProxyType(facts) for name, facts in _RAW["checkpoints"].items()}
 )
@@ -54,8 +55,13 @@ def base_model(model_id: str) -> str:
 
 
 def model_facts(model_id: str) -> Mapping[str, Any] | None:
-    """Architecture facts for a model id or a quantized checkpoint of one; None when unknown."""
-    return MODELS.get(base_model(model_id))
+    """Architecture facts for a model id or a quantized checkpoint of one; None when unknown. A checkpoint whose
+    config.json pads the dense intermediate size (Qwen's 72B AWQ and GPTQ) states it over its base model's."""
+    facts = MODELS.get(base_model(model_id))
+    padded = CHECKPOINTS.get(model_id, {}).get("intermediate_size")
+    if facts is None or padded is None:
+        return facts
+    return MappingProxyType({**facts, "intermediate_size": padded})
 
 
 def vocabulary_facts(model_id: str) -> Mapping[str, Any] | None:

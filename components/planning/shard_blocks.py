@@ -41,6 +41,29 @@ def _expert_split(model: ModelServiceSpec) -> int:
     return 1 if model.resolved_expert_parallel else model.tensor_parallel * model.data_parallel
 
 
+def _dense_mlp_problem(model: ModelServiceSpec, column: tuple[str, int] | None, row: tuple[str, int]) -> str | None:
+    """The dense layers' MLP split over tensor_parallel: gate_up_proj (MergedColumnParallelLinear) gives each rank
+    intermediate / tp outputs of gate and of up, checked against `column` (FP8's block_n; None where the kernel
+    pads outputs); down_proj (RowParallelLinear) takes intermediate / tp inputs per rank, checked against `row`
+    when sliced. Each is (vLLM's name of the block, its size)."""
+    arch = model.resolved_architecture
+    if arch.intermediate_size is None or not arch.dense_layers:
+        return None
+    tp = model.tensor_parallel
+    size = arch.intermediate_size
+    where = f"the dense MLP of {arch.dense_layers} layers"
+    if size % tp:
+        return f"{where}: intermediate_size {size} is not divisible by tensor_parallel {tp}"
+    per_rank = size // tp
+    if column is not None and per_rank % column[1]:
+        return (f"{where}: the output_partition_size of gate_proj's and up_proj's weight = {size} / {tp} = "
+                f"{per_rank} is not divisible by {column[0]} = {column[1]}")
+    if tp > 1 and per_rank % row[1]:
+        return (f"{where}: down_proj's input_size_per_partition = {size} / {tp} = {per_rank} is not divisible by "
+                f"{row[0]} = {row[1]}")
+    return None
+
+
 def _fp8_block_problem(model: ModelServiceSpec, block_n: int, block_k: int) -> str | None:
     arch = model.resolved_architecture
     if arch.attention == "gqa":
@@ -56,9 +79,15 @@ def _fp8_block_problem(model: ModelServiceSpec, block_n: int, block_k: int) -> s
             return (f"o_proj's input_size_per_partition = {arch.attention_heads} x {arch.head_dim} / "
                     f"{model.tensor_parallel} = {o_input} is not divisible by weight quantization block_k = "
                     f"{block_k}")
-    if arch.experts is None:
-        return None
-    split = _expert_split(model)
+    dense = _dense_mlp_problem(model, ("weight quantization block_n", block_n),
+                               ("weight quantization block_k", block_k))
+    if dense is not None:
+        return dense
+    return None if arch.experts is None else _fp8_expert_problem(model, block_n, block_k, _expert_split(model))
+
+
+def _fp8_expert_problem(model: ModelServiceSpec, block_n: int, block_k: int, split: int) -> str | None:
+    arch = model.resolved_architecture
     per_rank = arch.moe_intermediate_size // split
     if per_rank % block_n == 0 and (split == 1 or per_rank % block_k == 0):
         return None
@@ -79,9 +108,19 @@ def _group_problem(model: ModelServiceSpec, stored: CheckpointFormat) -> str | N
         if o_input % group:
             return (f"o_proj's input_size_per_partition = {arch.attention_heads} x {arch.head_dim} / "
                     f"{model.tensor_parallel} = {o_input} is not divisible by group_size = {group}")
+    if stored.applies_to == "linear":
+        # Marlin zero-pads misaligned output tiles (marlin_padded_nk), so only down_proj's input has a rule.
+        dense = _dense_mlp_problem(model, None, ("group_size", group))
+        if dense is not None:
+            return dense
+    return _group_expert_problem(model, stored, _expert_split(model))
+
+
+def _group_expert_problem(model: ModelServiceSpec, stored: CheckpointFormat, split: int) -> str | None:
+    arch = model.resolved_architecture
+    group = stored.group_size
     if arch.experts is None or stored.quant_method not in GROUP_MOE_METHODS:
         return None
-    split = _expert_split(model)
     per_rank = arch.moe_intermediate_size // split
     fitting = group
     if stored.quant_method in GROUP_HALVING_METHODS:
@@ -96,8 +135,7 @@ def _group_problem(model: ModelServiceSpec, stored: CheckpointFormat) -> str | N
 
 def block_problem(model: ModelServiceSpec) -> str | None:
     """Why vLLM would refuse this layout for the served format's blocks or groups, in vLLM's numbers; None when
-    every matrix splits on them. Dense MLP matrices are not checked: the architecture holds no dense
-    intermediate size."""
+    every matrix splits on them."""
     stored = served_format(model)
     if stored.weight_block_size is not None:
         return _fp8_block_problem(model, *stored.weight_block_size)

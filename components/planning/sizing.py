@@ -31,6 +31,7 @@ from inferstack.planning.quantization import served_format
 from inferstack.planning.shard_blocks import block_problem
 from inferstack.catalog import Gpu
 from inferstack.catalog.models import download_bytes
+from inferstack.catalog.mxfp4_padding import MXFP4_PADDING
 from inferstack.spec import CheckpointFormat, MigSharing, ModelServiceSpec, MpsSharing, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 
@@ -158,28 +159,15 @@ def format_bytes(model: ModelServiceSpec, stored: CheckpointFormat) -> int:
     return int((params - covered) * DTYPE_BYTES + covered * bytes_per_param(stored))
 
 
-# The multiples vLLM 0.33's MXFP4 MoE kernel pads each GPU's slice of an expert to in memory, by GPU generation
-# (compute capability major): (intermediate multiple, hidden multiple). The kernel is the first of
-# _get_priority_backends_for_gpt_oss whose device gate passes, and the paddings are
-# mxfp4_round_up_hidden_size_and_intermediate_size (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py:402-436,
-# 837-917).
-MXFP4_MOE_PADDING = {
-    7: (128, 256),   # Marlin (experts/marlin_moe.py:592-594: SM75 and up)
-    8: (128, 256),   # Marlin: the OAI Triton kernel needs SM90 (experts/gpt_oss_triton_kernels_moe.py:41-62)
-    9: (64, 1),      # OAI Triton: the intermediate size to 64s, the hidden size as it is
-    10: (128, 256),  # FlashInfer TRT-LLM (experts/trtllm_mxfp4_moe.py:121-123: SM100 with FlashInfer)
-}
-
-
 def expert_padding(model: ModelServiceSpec, gpu: Gpu | None) -> Fraction:
     """How much more memory vLLM gives each GPU's slice of the routed experts than the checkpoint stores: MXFP4
     kernels pad the slice's intermediate size (the whole expert's under expert parallelism, else its share over
     the tensor x data-parallel GPUs) and the hidden size (`Mxfp4MoEMethod.maybe_roundup_sizes`,
     vllm/model_executor/layers/quantization/mxfp4.py:183-197, before create_weights). 1 for other formats."""
-    padding = MXFP4_MOE_PADDING.get(gpu.capability[0]) if gpu is not None else None
+    padding = MXFP4_PADDING.get(gpu.capability[0]) if gpu is not None else None
     if padding is None or served_format(model).quant_method != "mxfp4":
         return Fraction(1)
-    intermediate_multiple, hidden_multiple = padding
+    intermediate_multiple, hidden_multiple = padding.intermediate_multiple, padding.hidden_multiple
     arch = model.resolved_architecture
     group = 1 if model.resolved_expert_parallel else model.tensor_parallel * model.data_parallel
     intermediate = Fraction(arch.moe_intermediate_size, group)

@@ -64,6 +64,8 @@ def attention(arch: ModelArchitecture) -> str:
     label = arch.attention.upper()
     if arch.sliding_window is not None:
         label += f" + window {arch.sliding_window} on {arch.windowed_layers}/{arch.layers} layers"
+    if arch.attention_chunk_size is not None and arch.chunked_layers:
+        label += f" + {arch.attention_chunk_size}-token chunks on {arch.chunked_layers}/{arch.layers} layers"
     return label
 
 

@@ -44,6 +44,11 @@ class ModelArchitecture(Model):
     moe_intermediate_size: int | None = Field(
         None, ge=1, description="Intermediate size of one expert's gated MLP. Required with experts."
     )
+    intermediate_size: int | None = Field(
+        None, ge=1, description="Intermediate size of the dense layers' MLP (config.json intermediate_size; Llama "
+        "4's intermediate_size_mlp): vLLM splits it over tensor_parallel, so a quantized checkpoint's blocks must "
+        "divide each rank's share. None for a model with no dense layer. Defaults to none (not checked).",
+    )
     # Attention: grouped-query (K and V per KV head) or multi-head latent (one compressed latent per token).
     attention: Literal["gqa", "mla"] = Field(
         "gqa", description="'gqa' (multi-head and grouped-query) or 'mla' (multi-head latent attention). Defaults to gqa."
@@ -114,6 +119,13 @@ class ModelArchitecture(Model):
             return 0
         layers = self.layers if self.moe_layers is None else self.moe_layers
         return layers * self.experts * 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers whose MLP is dense: all of a dense model's, the non-MoE ones of an MoE model."""
+        if self.experts is None:
+            return self.layers
+        return self.layers - (self.layers if self.moe_layers is None else self.moe_layers)
 
     @property
     def windowed_layers(self) -> int:

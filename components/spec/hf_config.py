@@ -148,6 +148,8 @@ def architecture_from_mapping(config: dict[str, Any], file: Path) -> ModelArchit
         **_window(text, model_type, shapes["layers"]),
         **_chunked(text, model_type, shapes["layers"]),
     }
+    if moe is None or moe["dense_layers"]:
+        fields["intermediate_size"] = shapes["intermediate"]
     if mla:
         fields |= {"attention": "mla", "kv_lora_rank": text["kv_lora_rank"], "qk_rope_head_dim": text["qk_rope_head_dim"]}
     if moe is not None:
