@@ -1,7 +1,8 @@
 """Stack files run through the real CLI, as a user runs `inferstack`: a child process, so a traceback would show.
 
 Shared by the CLI error tests and the refusal corpus: each refusal is one line on stderr naming the file, the
-field and the fix, exit 2, and nothing written under --out.
+field and the fix, exit 2, and nothing written under --out. `rejection` and `refusal` give the same error in
+process, for tests that read its path, problem and fix.
 """
 
 from __future__ import annotations
@@ -12,12 +13,31 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
 from inferstack.cli import EXIT_BAD_INPUT, main
-from inferstack.spec import StackSpec
+from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.validation import validate
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def rejection(document: dict) -> SpecError:
+    """The one error a bad spec produces, as the CLI reports it: a field's own check or a spec-time refusal."""
+    with pytest.raises((SpecError, ValidationError)) as caught:
+        validate(StackSpec.model_validate(document))
+    error = caught.value
+    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
+
+
+def refusal(document: dict) -> SpecError:
+    """The spec-time refusal of a spec whose fields are each valid (a ValidationError fails the test)."""
+    with pytest.raises(SpecError) as caught:
+        validate(StackSpec.model_validate(document))
+    return caught.value
+
 DEV = (REPO / "stacks" / "dev.py").read_text()
 PROD = (REPO / "stacks" / "prod.py").read_text()
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import copy
 
-import pytest
+from stack_files import refusal
 
-from inferstack.planning.auto_placement import auto_placement_reasons
-from inferstack.spec import SpecError, StackSpec
+from inferstack.spec import StackSpec
 from inferstack.validation import validate
 
 SMALL = {"name": "chat", "model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq", "pool": "auto",
@@ -38,16 +37,10 @@ def placed(document: dict) -> dict[str, str]:
     return {m.name: m.pool for m in validate(StackSpec.model_validate(document)).stack.models}
 
 
-def refusal(document: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        validate(StackSpec.model_validate(document))
-    return caught.value
-
-
 def reasons(document: dict) -> dict[str, str]:
-    """As the plan would read them: from the spec as written and the pools validation read."""
+    """As the plan reads them: what validation kept of auto placement's choices."""
     validated = validate(StackSpec.model_validate(document))
-    return auto_placement_reasons(validated.written, validated.pools)
+    return dict(validated.auto_reasons)
 
 
 def test_an_online_service_skips_the_cheaper_all_spot_batch_pool_and_says_so():

@@ -8,24 +8,17 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from pydantic import ValidationError
+from stack_files import rejection
 
 from inferstack.aws.foundation import check_resource_names
 from inferstack.aws.network import subnet_layout, subnets_in_zones
 from inferstack.catalog import instance_type
-from inferstack.spec import NetworkSpec, SpecError, StackSpec, describe_validation_error
+from inferstack.spec import NetworkSpec, SpecError, StackSpec
 from inferstack.validation import validate
 
 
 def spec(*pools: dict, **changes) -> dict:
     return {"environment": "test", "node_pools": list(pools), **changes}
-
-
-def rejection(document: dict) -> SpecError:
-    with pytest.raises((SpecError, ValidationError)) as caught:
-        validate(StackSpec.model_validate(document))
-    error = caught.value
-    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
 
 def test_nvme_cache_needs_al2023_nodeadm():

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stack_files import refusal
 
 from inferstack.catalog.all2all_backends import ALL2ALL_BACKENDS
 from inferstack.cli import main
-from inferstack.spec import SpecError, StackSpec
+from inferstack.spec import StackSpec
 from inferstack.validation import validate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,12 +49,6 @@ WIDE = {
                 "data_parallel_local": 8, "expert_parallel": True, "all2all_backend": "deepep_v2",
                 "max_model_len": 32768, "max_num_seqs": 32, "kv_cache_dtype": "fp8"}],
 }
-
-
-def refused(document: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        validate(StackSpec.model_validate(document))
-    return caught.value
 
 
 def test_only_allgather_reducescatter_crosses_efa_nodes():
@@ -76,7 +71,7 @@ def test_the_refusal_quotes_vllm_and_the_upstream_message_is_vllms():
 
 
 def test_deepep_v2_across_efa_nodes_is_refused_with_the_field_vllms_reason_and_the_fix():
-    error = refused(copy.deepcopy(WIDE))
+    error = refusal(copy.deepcopy(WIDE))
     assert error.path == "models[0].all2all_backend"
     assert "deepep_v2 does not run between nodes over EFA, and a replica spans 2 nodes" in error.problem
     assert GIN_REFUSAL in error.problem and "gdrdrv" in error.problem
@@ -104,7 +99,7 @@ def test_other_refusals_offer_only_the_backend_that_crosses():
     for backend in ("deepep_low_latency", "deepep_high_throughput", "nixl_ep", "moonep"):
         document = copy.deepcopy(WIDE)
         document["models"][0]["all2all_backend"] = backend
-        error = refused(document)
+        error = refusal(document)
         assert error.path == "models[0].all2all_backend" and "deepep_v2" not in error.fix, backend
         assert "'allgather_reducescatter'" in error.fix
 

@@ -12,26 +12,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+from stack_files import refusal
 
 from inferstack.catalog import INSTANCE_TYPES
 from inferstack.cli import EXIT_BAD_INPUT, main
 from inferstack.planning.sizing import fit
-from inferstack.spec import ModelServiceSpec, NodePoolSpec, SpecError, StackSpec
+from inferstack.spec import ModelServiceSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
-from inferstack.validation import validate
 
 A10G_ONE = {"name": "a10g", "instance_types": ["g5.xlarge"], "max_nodes": 1, "capacity": {"on_demand_base": 1}}
 
 
 def stack(pool: dict, **model) -> dict:
     return {"environment": "fit", "node_pools": [pool], "models": [{"name": "m", "pool": pool["name"], **model}]}
-
-
-def refusal(spec: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        validate(StackSpec.model_validate(spec))
-    return caught.value
 
 
 def sized(model: str, instance_type: str, **layout):

@@ -15,12 +15,11 @@ import copy
 import json
 
 import pytest
-from stack_files import DEV, PROD, edited, refused_by_render_and_plan
+from stack_files import DEV, PROD, edited, refusal, refused_by_render_and_plan
 
 from inferstack.planning.node_groups import on_demand_nodes_at_min, plan_node_groups
 from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.spec import StackSpec
-from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import PoolHardware
 from inferstack.validation import validate
 
@@ -32,12 +31,6 @@ def stack(pool: dict, *models: dict, **top) -> dict:
     return {"environment": "test", "node_pools": [{"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 4,
                                                    **pool}],
             "models": [copy.deepcopy(m) for m in models], **top}
-
-
-def refusal(spec: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        validate(StackSpec.model_validate(spec))
-    return caught.value
 
 
 @pytest.mark.parametrize(

@@ -27,13 +27,14 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+from stack_files import refusal
 
 from inferstack.cli import main
 from inferstack.planning import kv_offload, lora, speculative
 from inferstack.planning.sizing import GIB, fit
 from inferstack.serving.gateway import HOST_TIER_PRODUCER, HOST_TIER_SCORER, http_route_spec, picker_config
 from inferstack.serving.vllm_args import engine_args
-from inferstack.spec import SpecError, StackSpec
+from inferstack.spec import StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack
 from inferstack.validation import validate
@@ -72,12 +73,6 @@ def edited(stack: StackSpec, service: str, **changes) -> dict:
                 else:
                     m[key] = value
     return data
-
-
-def refusal(data: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        validate(StackSpec.model_validate(data))
-    return caught.value
 
 
 # ------------------------------------------------------------------------------------ speculative

@@ -17,9 +17,10 @@ import copy
 import json
 
 import pytest
+from stack_files import refusal
 
 from inferstack.planning.sizing import GIB, checkpoint_bytes, fit, load_seconds, weights_bytes
-from inferstack.spec import ModelServiceSpec, NodePoolSpec, SpecError, StackSpec
+from inferstack.spec import ModelServiceSpec, NodePoolSpec, StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.validation import validate
 
@@ -155,14 +156,8 @@ def stack(pool: dict, model: dict) -> dict:
     return {"environment": "test", "node_pools": [pool], "models": [{"name": "m", "pool": pool["name"], **model}]}
 
 
-def rejection(spec: dict) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        validate(StackSpec.model_validate(spec))
-    return caught.value
-
-
 def test_weights_too_large_for_one_gpu_name_the_numbers_and_the_options():
-    error = rejection(stack(H100, {"model": "meta-llama/Llama-3.1-70B-Instruct"}))
+    error = refusal(stack(H100, {"model": "meta-llama/Llama-3.1-70B-Instruct"}))
     assert error.path == "models[0].quantization"
     # 141.2 GB of 16-bit weights against 0.92 x 80 GiB.
     assert "131.50 GiB each" in error.problem and "73.60 GiB" in error.problem and "H100" in error.problem
@@ -173,7 +168,7 @@ def test_weights_too_large_for_one_gpu_name_the_numbers_and_the_options():
 
 def test_context_longer_than_the_kv_cache_names_tokens_and_options():
     l4 = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 2}
-    error = rejection(stack(l4, {"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": 131072}))
+    error = refusal(stack(l4, {"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": 131072}))
     assert error.path == "models[0].max_model_len"
     result = sized({"name": "m", "model": "meta-llama/Llama-3.1-8B-Instruct", "pool": "l4", "max_model_len": 131072}, l4)
     assert f"{result.kv_tokens} tokens at 131072 bytes per token" in error.problem
@@ -184,7 +179,7 @@ def test_context_longer_than_the_kv_cache_names_tokens_and_options():
 
 
 def test_mig_slice_too_small_offers_a_larger_slice_and_whole_gpus():
-    error = rejection(stack(A100_MIG, {"model": "Qwen/Qwen3-8B", "mig_profile": "1g.10gb"}))
+    error = refusal(stack(A100_MIG, {"model": "Qwen/Qwen3-8B", "mig_profile": "1g.10gb"}))
     assert error.path == "models[0].mig_profile"  # the change inside the pool; no precision change is offered
     assert "A100-80GB MIG slice 1g.10gb gives 8.57 GiB" in error.problem
     assert "larger slice: mig_profile '3g.40gb'" in error.fix
@@ -198,13 +193,13 @@ def test_mig_slice_too_small_offers_a_larger_slice_and_whole_gpus():
 def test_larger_slice_outside_the_layout_says_to_add_it():
     pool = copy.deepcopy(A100_MIG)
     pool["gpu_sharing"]["layout"] = {"1g.10gb": 7}
-    error = rejection(stack(pool, {"model": "Qwen/Qwen3-8B", "mig_profile": "1g.10gb"}))
+    error = refusal(stack(pool, {"model": "Qwen/Qwen3-8B", "mig_profile": "1g.10gb"}))
     assert "mig_profile '3g.40gb' (add it to the pool's MIG layout)" in error.fix
 
 
 def test_time_sliced_share_too_small_offers_whole_gpus():
     pool = {**L4_SHARED, "gpu_sharing": {"mode": "time_slicing", "replicas": 4}}
-    error = rejection(stack(pool, {"model": "meta-llama/Llama-3.1-8B-Instruct"}))
+    error = refusal(stack(pool, {"model": "meta-llama/Llama-3.1-8B-Instruct"}))
     assert "1/4 of a L4 (time_slicing)" in error.problem
     assert "bfloat16 weights of 14.96 GiB" in error.problem
     assert error.fix == "more GPUs: tensor_parallel 1, pipeline_parallel 1 (1 GPU) on a pool of whole L4s gives 3 x 8192-token sequences"
@@ -212,12 +207,12 @@ def test_time_sliced_share_too_small_offers_whole_gpus():
 
 def test_a_larger_time_slicing_share_is_an_option_when_it_fits():
     pool = {**L4_SHARED, "gpu_sharing": {"mode": "time_slicing", "replicas": 4}}
-    error = rejection(stack(pool, {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"}))
+    error = refusal(stack(pool, {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"}))
     assert "larger share: time_slicing replicas 2 per GPU" in error.fix
 
 
 def test_tensor_parallel_that_does_not_divide_the_heads_is_rejected():
-    error = rejection(stack(H100, {"model": "Qwen/Qwen2.5-7B-Instruct", "tensor_parallel": 8}))
+    error = refusal(stack(H100, {"model": "Qwen/Qwen2.5-7B-Instruct", "tensor_parallel": 8}))
     assert error.path == "models[0].tensor_parallel"
     assert "28 attention heads do not split evenly over tensor_parallel 8" in error.problem
     assert error.fix == "use tensor_parallel in [1, 2, 4]"
@@ -227,7 +222,7 @@ def test_a_model_that_fits_nowhere_says_so():
     l4 = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1}
     huge = {"params_billion": 400, "layers": 126, "hidden_size": 16384, "attention_heads": 128, "kv_heads": 8,
             "head_dim": 128, "max_context": 131072}
-    error = rejection(stack(l4, {"model": "acme/huge", "architecture": huge}))
+    error = refusal(stack(l4, {"model": "acme/huge", "architecture": huge}))
     assert error.fix == "nothing inferstack knows fits it on a L4: use a GPU with more memory"
     assert "745.06 GiB" in error.problem  # 400e9 x 2 bytes
 
@@ -288,14 +283,14 @@ def test_sizing_never_suggests_a_quantization_the_checkpoint_cannot_take():
     """The old suggestion `quantization 'int4'` on a 16-bit checkpoint would stop vLLM at startup
     (weight_utils.py get_quant_config); a suggestion is online FP8 or a catalog checkpoint by id."""
     l4 = {"name": "l4", "instance_types": ["g6.xlarge"], "max_nodes": 1}
-    error = rejection(stack(L40S, {"model": "meta-llama/Llama-3.1-70B-Instruct"}))
+    error = refusal(stack(L40S, {"model": "meta-llama/Llama-3.1-70B-Instruct"}))
     assert "int4" not in error.fix and "'awq'" not in error.fix
     assert error.fix.startswith(
         "lower precision: model 'hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4', kv_cache_dtype 'fp8' "
         "(the catalog's checkpoint stored as AWQ 4-bit group-128) gives 1 x 8192-token sequences"
     )
     # A 4-bit checkpoint cannot be quantized further: no precision change, whatever the shortfall.
-    error = rejection(stack(l4, {"model": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}))
+    error = refusal(stack(l4, {"model": "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"}))
     assert "quantization" not in error.fix and "lower precision" not in error.fix
 
 
@@ -309,7 +304,7 @@ def test_sizing_never_suggests_a_quantization_the_checkpoint_cannot_take():
     ],
 )
 def test_following_a_lower_precision_suggestion_gives_a_valid_spec(pool, model):
-    error = rejection(stack(pool, model))
+    error = refusal(stack(pool, model))
     suggestion = next(option for option in error.fix.split("; or ") if option.startswith("lower precision: "))
     change = suggestion.removeprefix("lower precision: ").split(" (")[0].split(" gives ")[0]
     applied = {key: value.strip("'") for key, value in (item.split(" ", 1) for item in change.split(", "))}

@@ -6,9 +6,9 @@ import copy
 import json
 
 import pytest
-from pydantic import ValidationError
+from stack_files import rejection
 
-from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.spec import StackSpec
 from inferstack.validation import validate
 
 
@@ -31,14 +31,6 @@ def base() -> dict:
         ],
         "workers": [{"name": "w", "model_service": "llama", "image": "python:3.13.1-slim"}],
     }
-
-
-def rejection(spec: dict) -> SpecError:
-    """The one error a bad spec produces, as the CLI reports it."""
-    with pytest.raises((SpecError, ValidationError)) as caught:
-        validate(StackSpec.model_validate(spec))
-    error = caught.value
-    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
 
 def test_valid_spec_fills_documented_defaults():

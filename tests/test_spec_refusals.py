@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from stack_files import rejection
 
 from inferstack.cli import main
-from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.spec import StackSpec
 from inferstack.validation import validate
 
 
@@ -250,17 +250,10 @@ ACCEPTED = {
 }
 
 
-def refusal(spec: dict) -> SpecError:
-    with pytest.raises((SpecError, ValidationError)) as caught:
-        validate(StackSpec.model_validate(spec))
-    error = caught.value
-    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
-
-
 @pytest.mark.parametrize("case", list(REFUSALS), ids=list(REFUSALS))
 def test_refusal_names_path_problem_and_fix(case):
     change, path, problem, fix = REFUSALS[case]
-    error = refusal(changed(change))
+    error = rejection(changed(change))
     assert error.path == path
     assert problem in error.problem
     assert fix in error.fix and str(error).count("To fix:") == 1

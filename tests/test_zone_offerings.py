@@ -4,10 +4,10 @@ in every account."""
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
+from stack_files import rejection
 
 from inferstack.catalog.offerings import zone_names_are_shared, zones_offering
-from inferstack.spec import SpecError, StackSpec, describe_validation_error
+from inferstack.spec import StackSpec
 from inferstack.validation import validate
 
 
@@ -15,13 +15,6 @@ def a100_pool_in(region: str, *zones: str) -> dict:
     return {"environment": "test", "region": region,
             "node_pools": [{"name": "a100", "instance_types": ["p4d.24xlarge"], "max_nodes": 1,
                             "availability_zones": list(zones)}]}
-
-
-def rejection(document: dict) -> SpecError:
-    with pytest.raises((SpecError, ValidationError)) as caught:
-        validate(StackSpec.model_validate(document))
-    error = caught.value
-    return describe_validation_error(error, StackSpec) if isinstance(error, ValidationError) else error
 
 
 def test_a_zone_that_does_not_offer_the_pools_type_is_refused_where_zone_names_are_shared():

@@ -156,16 +156,13 @@ def candidates(
                                         names.index(c.model.pool)))
 
 
-def resolve_models(spec: StackSpec, pools: dict[str, PoolHardware]) -> tuple[ModelServiceSpec, ...]:
-    """The stack's services with every `auto` field decided; raises SpecError when one cannot be placed."""
-    models, _ = _resolve(spec, pools)
-    return models
-
-
-def auto_placement_reasons(spec: StackSpec, pools: Mapping[str, PoolHardware]) -> dict[str, str]:
-    """Service name -> why auto placement put it where it did, for the services it placed."""
-    _, choices = _resolve(spec, pools)
-    return {choice.service: choice.reason() for choice in choices}
+def resolve_models(
+    spec: StackSpec, pools: dict[str, PoolHardware]
+) -> tuple[tuple[ModelServiceSpec, ...], dict[str, str]]:
+    """The stack's services with every `auto` field decided, and service name -> why auto placement put it where
+    it did, for the services it placed; raises SpecError when one cannot be placed."""
+    models, choices = _resolve(spec, pools)
+    return models, {choice.service: choice.reason() for choice in choices}
 
 
 def _resolve(

@@ -9,7 +9,6 @@ from typing import Any, Mapping
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.engine.recorder import Recording
-from inferstack.planning.auto_placement import auto_placement_reasons
 from inferstack.planning.cost import nodes_at_min_scale, nodes_cost, stack_costs
 from inferstack.planning.node_groups import capacity_block_lifecycle, nodes_at
 from inferstack.planning.interruption import interruption_plan
@@ -549,7 +548,7 @@ def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[
     validated = as_validated(stack)
     spec = validated.stack   # the placements the program deployed, `auto` ones decided
     pools = node_pools(spec)
-    rows = placements(spec, auto_placement_reasons(validated.written, validated.pools) if validated.auto_placed else {})
+    rows = placements(spec, validated.auto_reasons)
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
     return {
         "stack": spec.environment,

@@ -30,13 +30,15 @@ class ValidatedStack:
     """A stack every layer accepts, as written and as it deploys.
 
     `stack` has every `auto` placement decided and each disaggregated service's prefill engines listed after it
-    (it is `written` itself when there is neither); `pools` is each pool's hardware, read once.
+    (it is `written` itself when there is neither); `pools` is each pool's hardware, read once; `auto_reasons`
+    says, per service auto placement placed, which pool it chose and why.
     """
 
     written: StackSpec
     stack: StackSpec
     pools: Mapping[str, PoolHardware]
     auto_placed: tuple[str, ...]
+    auto_reasons: Mapping[str, str]
 
     @property
     def environment(self) -> str:
@@ -57,7 +59,7 @@ def validate(spec: StackSpec) -> ValidatedStack:
     pool_names = [pool.name for pool in spec.node_pools]
     ready = [i for i in range(len(spec.models)) if not _service_refusals(spec, i, pool_names, found)]
     every_pool = len(pools) == len(spec.node_pools) and not unique
-    placed = _placed(spec, ready, pools, every_pool, found)
+    placed, auto_reasons = _placed(spec, ready, pools, every_pool, found)
     engines_valid = _engine_refusals(spec, placed, pools, found)
     complete = every_pool and len(placed) == len(spec.models) and engines_valid
     engines = expand_engines([model for _, model in placed], pools) if complete else ()
@@ -83,7 +85,7 @@ def validate(spec: StackSpec) -> ValidatedStack:
         raise refused(found[:MAX_REFUSALS], hidden=len(found) - MAX_REFUSALS)
     placements = dict(placed)
     auto_placed = tuple(m.name for i, m in enumerate(spec.models) if placements[i] != m)
-    return ValidatedStack(written=spec, stack=stack, pools=pools, auto_placed=auto_placed)
+    return ValidatedStack(written=spec, stack=stack, pools=pools, auto_placed=auto_placed, auto_reasons=auto_reasons)
 
 
 def as_validated(stack: StackSpec | ValidatedStack) -> ValidatedStack:
@@ -117,19 +119,21 @@ def _service_refusals(spec: StackSpec, index: int, pool_names: list[str], found:
 
 def _placed(
     spec: StackSpec, ready: list[int], pools: dict[str, PoolHardware], every_pool: bool, found: list[SpecError]
-) -> list[tuple[int, ModelServiceSpec]]:
-    """(index, service) with `auto` decided: every service once every pool and service passed (auto placement
-    weighs them all together), else the services that name a valid pool and place nothing automatically."""
+) -> tuple[list[tuple[int, ModelServiceSpec]], dict[str, str]]:
+    """(index, service) with `auto` decided, and why auto placed each service it placed: every service once every
+    pool and service passed (auto placement weighs them all together), else the services that name a valid pool
+    and place nothing automatically."""
     if every_pool and len(ready) == len(spec.models):
         try:
-            return list(enumerate(resolve_models(spec, pools)))
+            models, reasons = resolve_models(spec, pools)
         except SpecError as error:
             found += error.refusals
-            return []
+            return [], {}
+        return list(enumerate(models)), reasons
     return [
         (i, spec.models[i]) for i in ready
         if not is_auto(spec.models[i]) and spec.models[i].pool in pools and _prefill_pool_valid(spec, spec.models[i], pools)
-    ]
+    ], {}
 
 
 def _prefill_pool_valid(spec: StackSpec, model: ModelServiceSpec, pools: dict[str, PoolHardware]) -> bool:
