@@ -38,7 +38,7 @@ from pulumi_policy.policy import _NotApplicableError  # what `args.not_applicabl
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
 from inferstack.engine.recorder import PROJECT, rare_collections
-from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, budget_at_max_scale
+from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, STATED_PRICES, budget_at_max_scale
 from inferstack.policies.rules import PACK_ENFORCEMENT, PACK_NAME, POLICIES
 from inferstack.spec import StackSpec
 
@@ -119,29 +119,37 @@ def load_policy_config(path: Path) -> dict[str, Any]:
 
 def spec_policy_config(spec: StackSpec) -> dict[str, Any]:
     """The pack config a stack implies: its budget (the only spec fact a policy needs)."""
-    return {budget_at_max_scale.name: _budget_config(spec.budget.max_usd_per_hour, spec.budget.spot_discount)}
+    budget = spec.budget
+    stated = [p.model_dump(exclude_none=True) for p in budget.prices]
+    return {budget_at_max_scale.name: _budget_config(budget.max_usd_per_hour, budget.spot_discount, stated)}
 
 
 def plan_policy_config(plan: Mapping[str, Any]) -> dict[str, Any]:
     """The same config from a plan.json written by `inferstack render` beside resources.json."""
-    pools = plan.get("node_pools")
-    first = pools[0] if isinstance(pools, list) and pools else None
     totals = plan.get("totals")
-    discount = first.get("spot_discount") if isinstance(first, Mapping) else None
-    budget = totals.get("budget_usd_per_hour") if isinstance(totals, Mapping) else None
-    return {budget_at_max_scale.name: _budget_config(_number(budget), _number(discount))}
+    totals = totals if isinstance(totals, Mapping) else {}
+    stated = totals.get("stated_prices")
+    return {budget_at_max_scale.name: _budget_config(
+        _number(totals.get("budget_usd_per_hour")), _number(totals.get("spot_discount_override")),
+        [{k: v for k, v in p.items() if v is not None} for p in stated if isinstance(p, Mapping)]
+        if isinstance(stated, list) else [],
+    )}
 
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _budget_config(max_usd_per_hour: float | None, spot_discount: float | None) -> dict[str, float]:
-    config = {}
+def _budget_config(
+    max_usd_per_hour: float | None, spot_discount: float | None, stated_prices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    config: dict[str, Any] = {}
     if max_usd_per_hour is not None:
         config[MAX_USD_PER_HOUR] = max_usd_per_hour
     if spot_discount is not None:
         config[SPOT_DISCOUNT] = spot_discount
+    if stated_prices:
+        config[STATED_PRICES] = stated_prices
     return config
 
 

@@ -113,4 +113,10 @@ def test_bench_prints_a_plan_line_with_its_floor_the_fixed_mix_and_the_planner_a
     assert scale["usd_per_hour"] <= scale["naive_usd_per_hour"]
     assert len(measurements) == len(MEASUREMENTS) and {m["case"] for m in measurements} == {"measurement"}
     assert all(abs(m["ratio"] - m["modelled"] / m["measured"]) < 0.01 for m in measurements)
-    assert model["case"] == "throughput-model" and model["met"] is True
+    assert model["case"] == "throughput-model" and model["accuracy"].startswith("out of sample")
+    parts = ("all", "dense", "MoE")
+    assert model["met"] == all(
+        model[f"{part}_median_error"] <= 0.25 and model[f"{part}_worst_factor"] <= 2 for part in parts
+    )
+    counted_lines = [m for m in measurements if "out_of_sample_ratio" in m]
+    assert counted_lines and all(m["engine"].startswith("vllm") and "held_out" not in m for m in counted_lines)

@@ -1,6 +1,8 @@
 """Cost is never silently zero: pools are costed as a range over their instance types at the stack region's
 prices, a type without a catalog price in that region leaves its pool unpriced, and a stated budget is checked
-at spec time.
+at spec time. Each node group's nodes are priced at the types that group launches (planning/node_groups.py:
+the baseline runs the primary type, the burst any type of the pool); spot at the spot snapshot's discount
+(components/catalog/spot_prices.json) unless budget.spot_discount overrides it (tests/test_prices.py).
 
 Prices are the catalog's per region (components/catalog/prices.json: instances.vantage.sh data as published in
 tsaol/aws-gpu@77fcd9fe1d0652fd07b830e5ed030d61da87923e:data/<family>_instances.js; us-east-1 also
@@ -18,8 +20,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from inferstack.catalog import on_demand_price, prices_source
-from inferstack.planning.cost import nodes_cost, stack_costs
+from inferstack.catalog import on_demand_price, prices_source, snapshot_spot_discount
+from inferstack.planning.cost import Price, nodes_cost, stack_costs
 from inferstack.planning.node_groups import nodes_at, nodes_at_min, plan_node_groups
 from inferstack.spec import SpecError, StackSpec
 from inferstack.validation import validate
@@ -52,13 +54,14 @@ def refusal(document: dict) -> SpecError:
 
 @pytest.mark.parametrize("types", [["g6.xlarge", "g6.4xlarge", "g6.2xlarge"], ["g6e.4xlarge", "g6e.xlarge"]])
 def test_a_mixed_pool_costs_its_cheapest_type_at_min_and_its_dearest_at_max(types):
+    """The baseline node runs the primary type; the two burst nodes may run any type, the dearest at max."""
     pool = {"name": "mixed", "instance_types": types, "min_nodes": 1, "max_nodes": 3,
             "capacity": {"on_demand_base": 1, "spot": False}}
     (cost,) = stack_costs(valid(spec([pool])))
     prices = [price(t) for t in types]
-    assert cost.min_usd_per_hour == round(min(prices), 4)  # pool costs are quoted to 1/100 of a cent
-    assert cost.max_usd_per_hour == round(3 * max(prices), 4)
-    assert cost.on_demand_usd_per_node == max(prices)
+    assert cost.min_usd_per_hour == round(price(types[0]), 4)  # pool costs are quoted to 1/100 of a cent
+    assert cost.max_usd_per_hour == round(price(types[0]) + 2 * max(prices), 4)
+    assert [cost.price(t, "on_demand").usd_per_hour for t in types] == prices
 
 
 def test_spot_nodes_above_the_baseline_take_the_discount_at_the_dearest_type():
@@ -66,7 +69,7 @@ def test_spot_nodes_above_the_baseline_take_the_discount_at_the_dearest_type():
             "capacity": {"on_demand_base": 1, "spot": True}}
     document = spec([pool]) | {"budget": {"spot_discount": 0.5}}
     (cost,) = stack_costs(valid(document))
-    assert cost.max_usd_per_hour == round(price("g6.2xlarge") * (1 + 3 * 0.5), 4)
+    assert cost.max_usd_per_hour == round(price("g6.xlarge") + 3 * price("g6.2xlarge") * 0.5, 4)
 
 
 @pytest.mark.parametrize(
@@ -82,9 +85,13 @@ def test_a_pool_at_a_size_fills_its_node_groups_baseline_first(spot, expected):
     assert {nodes: nodes_at(pool, nodes) for nodes in expected} == expected
     assert nodes_at_min(pool) == sum(g.min_size for g in plan_node_groups(pool)) == 3
     (cost,) = stack_costs(valid(document))
-    # At min scale: the 2 baseline nodes at the full price, the third at the default 60% spot discount.
-    assert cost.min_usd_per_hour == round(price("g6.xlarge") * ((2 + (1 - 0.6)) if spot else 3), 4)
-    assert nodes_cost(price("g6.xlarge"), 2, 1, 0.6) == price("g6.xlarge") * (2 + (1 - 0.6))
+    # At min scale: the 2 baseline nodes at the full price, the third at the spot snapshot's discount.
+    off = snapshot_spot_discount("g6.xlarge", "us-east-1")
+    spot_price = round(price("g6.xlarge") * (1 - off), 4)
+    assert cost.min_usd_per_hour == round(price("g6.xlarge") * 2 + (spot_price if spot else price("g6.xlarge")), 4)
+    on_demand, spot_node = Price(price("g6.xlarge"), "catalog"), Price(spot_price, "snapshot")
+    assert nodes_cost({"on_demand": 2, "spot": 1}, {"on_demand": on_demand, "spot": spot_node}) == pytest.approx(
+        price("g6.xlarge") * 2 + spot_price)
 
 
 @pytest.mark.parametrize("capacity", [{"on_demand_base": 1, "spot": False}, {"on_demand_base": 0, "spot": True}])
@@ -94,7 +101,7 @@ def test_a_type_without_a_price_leaves_its_pool_unpriced_not_free(capacity):
             "capacity": capacity}
     (cost,) = stack_costs(valid(spec([pool], region="us-east-2")))
     assert cost.min_usd_per_hour is None and cost.max_usd_per_hour is None
-    assert cost.unpriced_types == ("p5e.48xlarge",)
+    assert {u.instance_type for u in cost.unpriced} == {"p5e.48xlarge"}
 
 
 @pytest.mark.parametrize("index", [0, 1])
@@ -113,8 +120,8 @@ def test_a_pool_costs_the_stack_regions_prices(region):
             "capacity": {"on_demand_base": 1, "spot": False}}
     (cost,) = stack_costs(valid(spec([pool], region=region)))
     assert cost.min_usd_per_hour == round(price("g6.xlarge", region), 4)
-    assert cost.max_usd_per_hour == round(3 * price("g6.4xlarge", region), 4)
-    assert cost.on_demand_usd_per_node == price("g6.4xlarge", region)
+    assert cost.max_usd_per_hour == round(price("g6.xlarge", region) + 2 * price("g6.4xlarge", region), 4)
+    assert cost.price("g6.4xlarge", "on_demand").usd_per_hour == price("g6.4xlarge", region)
 
 
 @pytest.mark.parametrize(
@@ -185,8 +192,7 @@ def test_auto_placement_leaves_out_a_pool_unpriced_in_the_stack_region():
     ],
 )
 def test_a_budget_below_the_cost_at_max_scale_is_refused_with_the_figures(pool, nodes_at_full_price):
-    dearest = max(price(t) for t in pool["instance_types"])
-    total = nodes_at_full_price * dearest
+    total = nodes_at_full_price * price(pool["instance_types"][0])  # all baseline: the primary type
     error = refusal(spec([pool], budget=round(total / 2, 2)))
     assert error.path == "budget.max_usd_per_hour"
     assert f"${total:,.2f}/h" in error.problem and f"{pool['name']} ${total:,.2f}/h" in error.problem
@@ -275,7 +281,7 @@ def test_the_plan_shows_every_figure_whole_in_80_columns(plans, name):
 
 def test_the_plan_says_whose_prices_and_that_unpriced_pools_are_not_free(plans):
     text = " ".join(text_at_80_columns(plans["unpriced"]).split())
-    assert "at least $" in text and "unpriced (no catalog price in us-east-2): h200" in text
+    assert "at least $" in text and "unpriced (no price in us-east-2): h200" in text
     assert f"us-east-2 on-demand prices from {prices_source('us-east-2')}" in text
     assert "instances.vantage.sh" in prices_source("us-east-2") and "Karpenter" in prices_source("us-east-1")
     dev = " ".join(text_at_80_columns(plans["dev"]).split())

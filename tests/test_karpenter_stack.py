@@ -242,7 +242,7 @@ def test_min_scale_cost_counts_what_karpenter_runs_and_the_reservation_it_pays_f
         reserved = pool.capacity.on_demand_base if pool.capacity.reservation else 0
         assert nodes_at_min_scale(spec, hardware) == max(needed, reserved), pool.name
     reserved_pool = next(p for p in spec.node_pools if p.capacity.reservation is not None)
-    price = costs[reserved_pool.name].on_demand_usd_per_node
+    price = costs[reserved_pool.name].price(reserved_pool.instance_types[0], "on_demand").usd_per_hour
     assert costs[reserved_pool.name].min_usd_per_hour >= round(price * reserved_pool.capacity.on_demand_base, 4)
 
 

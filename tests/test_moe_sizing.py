@@ -162,7 +162,9 @@ def test_a_moe_step_reads_only_the_experts_its_tokens_touch():
     dense = 65_250_502_400 - experts                                  # attention, router, embeddings in 16 bits
     assert shard.weights_read(1) == dense + experts * 4 / 128
     assert shard.weights_read(64) == pytest.approx(dense + experts * (1 - (124 / 128) ** 64))
-    assert shard.linear_flops_per_token == 2 * 5.13e9
+    routed_active = 114_661_785_600 * 4 / 128
+    assert shard.linear_flops_per_token == pytest.approx(2 * (5.13e9 - routed_active))
+    assert shard.experts.flops_per_assignment == pytest.approx(2 * 114_661_785_600 / 128)
     dense_model = engine_for(service("meta-llama/Llama-3.1-8B-Instruct", max_model_len=8192), H100).shard
     assert dense_model.weights_read(1) == dense_model.weights_read(64) == dense_model.weights_bytes
 

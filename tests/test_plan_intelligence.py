@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from inferstack.catalog import on_demand_price
-from inferstack.planning.accuracy import accuracy
+from inferstack.catalog import on_demand_price, snapshot_spot_discount
+from inferstack.planning.accuracy import out_of_sample
+from inferstack.planning.cost import stack_costs
 from inferstack.planning.service_performance import ASSUMPTIONS, service_estimate
 from inferstack.engine import run_stack
 from inferstack.presentation.terminal import print_plan
-from inferstack.policies.runner import run_policies
+from inferstack.policies.runner import run_policies, spec_policy_config
 from inferstack.presentation.summary import build_plan, graph_resources, time_to_serving
-from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, budget_at_max_scale
+from inferstack.policies.budget import MAX_USD_PER_HOUR, budget_at_max_scale
 from inferstack.planning.dependency_rule import DependencyRule
 from inferstack.planning.serving_time import edges
 from inferstack.spec import StackSpec
@@ -153,22 +154,23 @@ def test_a_first_replica_waits_for_its_node_and_weights(stacks):
 
 
 def test_each_pool_states_its_nodes_prices_and_spot_discount(stacks):
+    """Each pool's $/h are planning.cost's figures; its on-demand price is the dearest type's, its spot figure the
+    dearest spot type's at the spot snapshot's discount for that type in the region (catalog/spot_prices.json)."""
     spec, _, plan = stacks["prod"]
+    costs = {c.pool: c for c in stack_costs(spec)}
     for pool in plan["node_pools"]:
-        # A pool may run any of its types: min scale at the cheapest, max scale at the dearest (inferstack.planning.cost).
         prices = [on_demand_price(name, spec.region) for name in spec.pool(pool["name"]).instance_types]
         assert pool["on_demand_usd_per_node_hour"] == max(prices)
         capacity = spec.pool(pool["name"]).capacity
         assert (pool["spot"] is None) == (not capacity.spot)
-        discount = pool["spot"]["assumed_discount"] if pool["spot"] else 0
-        for scale, price in (("min", min(prices)), ("max", max(prices))):
-            nodes = pool["at_scale"][scale]
-            assert pool["usd_per_hour"][scale] == pytest.approx(
-                price * (nodes["on_demand_nodes"] + nodes["spot_nodes"] * (1 - discount)), abs=1e-3
-            )
+        cost = costs[pool["name"]]
+        assert pool["usd_per_hour"] == {"min": cost.min_usd_per_hour, "max": cost.max_usd_per_hour}
         assert pool["at_scale"]["max"]["on_demand_nodes"] + pool["at_scale"]["max"]["spot_nodes"] == pool["nodes"]["max"]
     h100 = next(p for p in plan["node_pools"] if p["name"] == "h100")
-    assert h100["spot"] == {"assumed_discount": 0.6, "usd_per_node_hour": pytest.approx(55.04 * 0.4, abs=1e-3)}
+    discount = snapshot_spot_discount("p5.48xlarge", spec.region)
+    assert h100["spot"]["assumed_discount"] == discount
+    assert h100["spot"]["usd_per_node_hour"] == pytest.approx(55.04 * (1 - discount), abs=1e-3)
+    assert "2025-11-30" in h100["spot"]["source"]
     # llama-70b-long takes two whole nodes and llama-70b's two 4-GPU replicas a third: min scale has two.
     assert {p["name"]: p["nodes_for_min_replicas"] for p in plan["node_pools"]} == {
         "h100": 3, "a100-mig": 1, "l40s": 2, "l40s-batch": 0,
@@ -186,7 +188,9 @@ def test_models_with_traffic_get_dollars_per_million_output_tokens(stacks):
         assert row["replicas_needed"] == estimate.replicas <= row["max_replicas"]
         assert row["at_traffic"]["itl_ms"] == pytest.approx(estimate.at_traffic.inter_token_seconds * 1000, abs=0.01)
     assert [a["name"] for a in plan["throughput"]["assumptions"]] == [a.name for a in ASSUMPTIONS]
-    assert plan["throughput"]["accuracy"]["stated"] == accuracy().stated()
+    assert plan["throughput"]["accuracy"]["stated"] == out_of_sample().stated()
+    for row in plan["throughput"]["models"]:
+        assert row["confidence"]["text"].endswith("(out of sample)") and row["confidence"]["points"] >= 5
     assert stacks["dev"][2]["throughput"] == {"models": [], "assumptions": [], "accuracy": None}   # dev states no traffic
 
 
@@ -194,7 +198,9 @@ def test_models_with_traffic_get_dollars_per_million_output_tokens(stacks):
 def tokyo():
     """prod moved to ap-northeast-1, which offers each of its instance types at prices above us-east-1's."""
     prod = load_stack(STACKS, "prod")
-    spec = StackSpec.model_validate(prod.model_dump(mode="json", exclude_unset=True) | {"region": "ap-northeast-1"})
+    # Without prod's budget: Tokyo's spot discounts (the snapshot's, 29% off p5.48xlarge) put prod over it.
+    spec = StackSpec.model_validate(prod.model_dump(mode="json", exclude_unset=True)
+                                    | {"region": "ap-northeast-1", "budget": {}})
     recording = run_stack(spec)
     return spec, recording, build_plan(spec, recording)
 
@@ -216,7 +222,8 @@ def test_the_plan_and_the_budget_policy_price_every_node_in_the_stack_region(sta
     east_rows = {row["model"]: row for row in east["throughput"]["models"]}
     assert all(rows[name]["usd_per_hour"] > east_rows[name]["usd_per_hour"] for name in rows)
     total = plan["totals"]["usd_per_hour_max"]
-    config = {budget_at_max_scale.name: {MAX_USD_PER_HOUR: total / 2, SPOT_DISCOUNT: spec.budget.spot_discount}}
+    config = spec_policy_config(spec)
+    config[budget_at_max_scale.name][MAX_USD_PER_HOUR] = total / 2
     resources = [r.as_dict() for r in recording.resources]
     (result,) = run_policies(resources, spec.environment, config, policies=[budget_at_max_scale])
     (violation,) = result.as_dict()["violations"]
@@ -230,11 +237,14 @@ def test_the_text_plan_prints_costs_assumptions_and_times(stacks):
     print_plan(plan, console, engine_seconds=1.0)
     text = console.export_text()
     fp8 = next(row for row in plan["throughput"]["models"] if row["model"] == "llama-8b-fp8")
-    for needle in ("60% off", "$/1M out", f"${fp8['usd_per_million_output_tokens']:.4f}", "Time to serving",
-                   "lower bound", "35m 43s", f"model: {plan['throughput']['accuracy']['short']}",
+    off = f"{snapshot_spot_discount('p5.48xlarge', 'us-east-1'):.0%} off"   # h100's spot, from the snapshot
+    for needle in (off, "$/1M out", f"${fp8['usd_per_million_output_tokens']:.4f}", "Time to serving",
+                   "lower bound", "35m 43s",
                    "first ready replica", "h100: its models' min replicas need 3 nodes"):
         assert needle in text, needle
     words = " ".join(text.split())   # a note longer than the width wraps between words
+    assert f"model: {fp8['confidence']['text']}" in words
+    assert " ".join(plan["throughput"]["accuracy"]["stated"].split()) in words
     for assumption in ASSUMPTIONS:
         assert " ".join(f"{assumption.name} = {assumption.value}: {assumption.why}".split()) in words
     assert "every wait in the program is required" in text

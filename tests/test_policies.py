@@ -102,9 +102,8 @@ def test_check_a_stack_runs_the_program_and_writes_its_pack_config(tmp_path, cap
     report = json.loads(capsys.readouterr().out)
     assert {p["name"] for p in report["policies"]} == {p.name for p in POLICIES}
     assert all(set(p) >= {"name", "enforcement", "violations"} for p in report["policies"])
-    assert json.loads(config.read_text(encoding="utf-8")) == {
-        "budget-at-max-scale": {"maxUsdPerHour": 5.0, "spotDiscount": 0.6}
-    }
+    # dev states no spot discount and no prices: the pack prices spot from the catalog's snapshot, as the plan does.
+    assert json.loads(config.read_text(encoding="utf-8")) == {"budget-at-max-scale": {"maxUsdPerHour": 5.0}}
 
 
 def test_plan_shows_the_policy_results(capsys):
@@ -609,7 +608,7 @@ def test_the_pack_reads_from_the_render_the_figures_planning_gives_the_plan(stac
         groups = [g for g in node_groups(args.resources) if g.pool is not None]
         region = stack_region(args.resources)
         seen["groups"] = groups
-        seen["costs"] = max_scale_costs(groups, region, spec.budget.spot_discount)
+        seen["costs"] = max_scale_costs(groups, region, spec.budget)
         seen["held"] = {w.workload.name: pool_limit(groups, w) for w in workloads(args.resources)}
 
     run_policies(rendered(stack), stack,
@@ -664,7 +663,7 @@ def test_budget_policy_without_the_stacks_region_cannot_price_a_group(tmp_path, 
     resources = [r for r in rendered("dev") if r["type"] != "pulumi:providers:aws"]
     code, report = check(resources, tmp_path, capsys, "--policy-config", _budget_config(tmp_path, 1000.0))
     assert code == 1 and failing(report) == {"budget-at-max-scale"}
-    assert "g6.xlarge has no on-demand price (no aws provider states the stack's region)" in messages(
+    assert "g6.xlarge has no spot price (no aws provider states the stack's region)" in messages(
         report, "budget-at-max-scale"
     )
 

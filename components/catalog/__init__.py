@@ -1,4 +1,5 @@
-"""GPU and EC2 instance catalog: typed, read-only views over gpus.json, instances.json and prices.json.
+"""GPU and EC2 instance catalog: typed, read-only views over gpus.json, instances.json and the price files
+(prices.json on-demand, spot_prices.json spot snapshot, capacity_block_prices.json Capacity Block rates).
 
 The facts live in the JSON files (checked against EC2's own data in tests/test_catalog.py);
 this module only loads them once and offers lookups that suggest close names on a typo.
@@ -24,8 +25,12 @@ __all__ = [
     "UnknownInstanceType",
     "gpu",
     "instance_type",
+    "capacity_block_price",
+    "capacity_block_prices_source",
     "on_demand_price",
     "prices_source",
+    "spot_prices_source",
+    "snapshot_spot_discount",
 ]
 
 
@@ -218,6 +223,35 @@ def on_demand_price(instance_type_name: str, region: str) -> float | None:
 def prices_source(region: str) -> str:
     """Where a region's prices come from, short enough for the plan's note (prices.json's `source` cites them)."""
     return _PRICES["region_labels"].get(region, _PRICES["label"])
+
+
+_SPOT = _read("spot_prices.json")
+_CAPACITY_BLOCKS = _read("capacity_block_prices.json")
+
+
+def snapshot_spot_discount(instance_type_name: str, region: str) -> float | None:
+    """The spot snapshot's discount off on-demand for a type in a region (spot and on-demand read off the same
+    snapshot, spot capped at on-demand); None where the snapshot has no spot figure (never a guessed discount)."""
+    pair = _SPOT["spot_and_on_demand_usd_per_hour"].get(instance_type_name, {}).get(region)
+    if pair is None:
+        return None
+    spot, on_demand = pair
+    return round(max(0.0, 1 - spot / on_demand), 4)
+
+
+def spot_prices_source() -> str:
+    """Where the spot discounts come from, with the snapshot's date (spot_prices.json's `source` cites it)."""
+    return _SPOT["label"]
+
+
+def capacity_block_price(instance_type_name: str, region: str) -> float | None:
+    """A Capacity Block's effective USD/h per instance of a type in a region; None where the catalog has no rate."""
+    return _CAPACITY_BLOCKS["usd_per_hour"].get(instance_type_name, {}).get(region)
+
+
+def capacity_block_prices_source() -> str:
+    """Where the Capacity Block rates come from, with their date (capacity_block_prices.json's `source`)."""
+    return _CAPACITY_BLOCKS["label"]
 
 
 def instance_type(name: str) -> InstanceType:

@@ -1,8 +1,9 @@
 """Published serving measurements as data: each point's model, hardware, workload, engine and measured figures.
 
-`serving_measurements.json` holds points read from benchmark pages (vLLM, TensorRT-LLM, NIM and
-others), each with its source and the quote its numbers come from. The throughput model is held
-against every point (inferstack.planning.accuracy); nothing here is computed.
+`serving_measurements.json` holds points read from benchmark pages, each with its source (publisher,
+document and the quote its numbers come from). The throughput model is of vLLM: it is fitted to and
+judged on the vLLM points; TensorRT-LLM, NIM and SGLang points are kept as another engine family,
+compared and reported apart (inferstack.planning.accuracy); nothing here is computed.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ class Measurement:
     kv_cache_dtype: str
     instance_type: str              # a catalog instance type carrying the measured GPU
     tensor_parallel: int
-    replicas: int                   # data-parallel copies sharing the load (1 for most points)
+    replicas: int                   # independent copies sharing the load (1 for most points)
+    data_parallel: int              # vLLM --data-parallel-size: ranks of one replica sharing its MoE layers
+    expert_parallel: bool | None    # --enable-expert-parallel as run; None: vLLM's choice for the layout
     input_tokens: int
     output_tokens: int
     concurrency: int | None         # closed loop: requests in flight (offline runs: every prompt at once)
     request_rate: float | None      # open loop: requests per second
+    num_prompts: int | None         # the run's prompt count, where it bounds what is in flight
+    output_lengths: str             # 'fixed' (random dataset, --ignore-eos) or 'sharegpt' (the dataset's own lengths)
     # Engine limits the source states for a vLLM run; unstated (and for other engines, whose limits are not
     # vLLM's), the point runs at vLLM 0.33's defaults, as a vLLM service of that setup would.
     max_num_seqs: int | None
@@ -39,11 +44,22 @@ class Measurement:
     itl_ms: float | None
     ttft_ms: float | None
     source: Mapping[str, Any]
+    derived: str | None             # how a figure was computed from published ones, where it was
     held_out: str | None            # why the point is shown but not counted in the stated accuracy
 
     @property
     def gpus(self) -> int:
-        return self.tensor_parallel * self.replicas
+        return self.tensor_parallel * self.data_parallel * self.replicas
+
+    @property
+    def publisher(self) -> str:
+        """Who published the point: leave-one-source-out holds out every point of a publisher at once."""
+        return self.source["publisher"]
+
+    @property
+    def engine_family(self) -> str:
+        """'vllm', or the other engine the point ran: the model is of vLLM, so only vLLM points are fitted."""
+        return self.engine.split()[0]
 
 
 def _measurement(raw: Mapping[str, Any]) -> Measurement:
@@ -56,10 +72,14 @@ def _measurement(raw: Mapping[str, Any]) -> Measurement:
         instance_type=raw["instance_type"],
         tensor_parallel=raw.get("tensor_parallel", 1),
         replicas=raw.get("replicas", 1),
+        data_parallel=raw.get("data_parallel", 1),
+        expert_parallel=raw.get("expert_parallel"),
         input_tokens=raw["input_tokens"],
         output_tokens=raw["output_tokens"],
         concurrency=raw.get("concurrency"),
         request_rate=raw.get("request_rate"),
+        num_prompts=raw.get("num_prompts"),
+        output_lengths=raw.get("output_lengths", "fixed"),
         max_num_seqs=raw.get("max_num_seqs"),
         max_num_batched_tokens=raw.get("max_num_batched_tokens"),
         gpu_memory_utilization=raw.get("gpu_memory_utilization", 0.92),
@@ -69,6 +89,7 @@ def _measurement(raw: Mapping[str, Any]) -> Measurement:
         itl_ms=measured.get("itl_ms"),
         ttft_ms=measured.get("ttft_ms"),
         source=raw["source"],
+        derived=raw.get("derived"),
         held_out=raw.get("held_out"),
     )
 

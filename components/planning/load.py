@@ -13,7 +13,8 @@ a replica:
 
 Admission is bounded by max_num_seqs and by the KV cache (sequences at their mean length, as vLLM admits
 while blocks are free and preempts when full; a cached prefix is held once). Time to first token is the
-prompt's chunk steps, an M/D/1 wait for the chunk steps ahead of it, and half the step under way.
+prompt's chunk steps, an M/D/1 wait for the prompt tokens ahead of it (a step carries as many as its room
+holds), and half the step under way.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import math
 from dataclasses import dataclass, replace
 
 from inferstack.planning.engine_step import Device, Shard, StepConstants, StepTime, step_time
+
+
+BISECTION_STEPS = 30   # halvings of the search interval: 2^-30 of it, far below what any figure prints
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class StepMix:
     chunk_share: float              # share of steps that carry a chunk
     chunk_tokens: float             # prompt tokens in such a step
     chunks_per_prompt: float        # chunk steps one prompt takes (fractional: a share of a step's room)
+    prefill_load: float             # share of the steps' prompt room the arriving prompts use
 
     @property
     def mean_seconds(self) -> float:
@@ -98,22 +103,24 @@ def admission_limit(engine: Engine, workload: Workload) -> tuple[float, str]:
     return by_kv, "kv_cache"
 
 
-def _step_mix(engine: Engine, workload: Workload, decoding: float, running: float, share: float,
-              chunk_tokens: float, chunks_per_prompt: float) -> StepMix:
-    """Both kinds of step of one pipeline stage, with `decoding` and `running` sequences in that stage."""
+def _step_mix(engine: Engine, workload: Workload, decoding: float, share: float, chunk_tokens: float,
+              chunks_per_prompt: float, prefill_load: float) -> StepMix:
+    """Both kinds of step of one pipeline stage, with `decoding` sequences in that stage. The scheduler's
+    per-sequence work is over the sequences a step schedules: the decoding ones and the prompts its chunk
+    carries (requests still waiting for their prompt are not scheduled)."""
     prompt = workload.computed_prompt_tokens
 
     def step(prompt_tokens: float) -> StepTime:
         return step_time(
             engine.shard, engine.device, engine.constants, decoding=decoding, mean_context=workload.mean_context,
             prompt_tokens=prompt_tokens, prompt_attended_context=workload.cached_prefix_tokens + prompt / 2,
-            running=running,
+            running=decoding + (math.ceil(prompt_tokens / prompt) if prompt_tokens else 0),
         )
 
-    return StepMix(step(0.0), step(chunk_tokens), share, chunk_tokens, chunks_per_prompt)
+    return StepMix(step(0.0), step(chunk_tokens), share, chunk_tokens, chunks_per_prompt, prefill_load)
 
 
-def _decode_mix(engine: Engine, workload: Workload, decoding: float, running: float) -> StepMix:
+def _decode_mix(engine: Engine, workload: Workload, decoding: float) -> StepMix:
     """The step mix of one pipeline stage while `decoding` sequences decode.
 
     Prompts arrive at decoding / (output - 1) a step and are cut into chunks of what the step budget
@@ -123,22 +130,25 @@ def _decode_mix(engine: Engine, workload: Workload, decoding: float, running: fl
     steady state the closed loop solves for has no jumps.
     """
     pp = engine.pipeline_parallel
-    decoding, running = decoding / pp, running / pp
+    decoding = decoding / pp
     prompt = workload.computed_prompt_tokens
     prompts_per_step = decoding / (workload.output_tokens - 1)
     room = max(1.0, engine.max_num_batched_tokens - decoding)
     chunks_per_prompt = max(1.0, prompt / room)
     share = max(-math.expm1(-prompts_per_step * chunks_per_prompt), prompts_per_step * prompt / room)
     tokens = prompts_per_step * prompt / share if share > 0 else min(room, float(prompt))
-    return _step_mix(engine, workload, decoding, running, share, min(tokens, room), chunks_per_prompt)
+    return _step_mix(engine, workload, decoding, share, min(tokens, room), chunks_per_prompt,
+                     prompts_per_step * prompt / room)
 
 
 def _first_token_seconds(mix: StepMix, pipeline_parallel: int) -> float:
-    """A prompt's chunk steps, the M/D/1 wait for chunk steps before it, and half the step under way."""
-    if mix.chunk_share >= 1:
+    """A prompt's chunk steps, the M/D/1 wait for the prompt tokens before it, and half the step under way. A step
+    carries every waiting prompt its room holds, so the queue's load is the prompts' share of that room, not the
+    share of steps that carry a chunk."""
+    if mix.prefill_load >= 1:
         return math.inf
     service = mix.chunks_per_prompt * mix.chunk_step.seconds
-    wait = mix.chunk_share / (2 * (1 - mix.chunk_share)) * service
+    wait = mix.prefill_load / (2 * (1 - mix.prefill_load)) * service
     return pipeline_parallel * (0.5 * mix.mean_seconds + service + wait)
 
 
@@ -149,7 +159,7 @@ def _point(engine: Engine, workload: Workload, decoding: float, running: float, 
     pp = engine.pipeline_parallel
     prompt = workload.computed_prompt_tokens
     if decode_steps > 0:
-        mix = _decode_mix(engine, workload, decoding, running)
+        mix = _decode_mix(engine, workload, decoding)
         inter_token = pp * mix.mean_seconds
         rate = decoding / (decode_steps * inter_token)
         first_token = _first_token_seconds(mix, pp)
@@ -159,7 +169,7 @@ def _point(engine: Engine, workload: Workload, decoding: float, running: float, 
         # One-token outputs: every step of a stage prefills its share of the running prompts within the
         # budget; pp stages work on pp batches at once. No token follows the first.
         per_stage = min(engine.max_num_batched_tokens, running / pp * prompt)
-        mix = _step_mix(engine, workload, 0.0, running / pp, 1.0, per_stage, max(1.0, prompt / per_stage))
+        mix = _step_mix(engine, workload, 0.0, 1.0, per_stage, max(1.0, prompt / per_stage), 1.0)
         inter_token = None
         rate = per_stage / prompt / mix.chunk_step.seconds
         first_token = (running + waiting) / rate   # Little's law: every request in the replica is a prompt
@@ -171,9 +181,9 @@ def _point(engine: Engine, workload: Workload, decoding: float, running: float, 
 
 
 def _bisect(excess, high: float) -> float:
-    """The root in [0, high] of an increasing function that is negative at 0."""
+    """The root in [0, high] of an increasing function that is negative at 0, to a billionth of `high`."""
     low = 0.0
-    for _ in range(60):
+    for _ in range(BISECTION_STEPS):
         middle = (low + high) / 2
         if excess(middle) > 0:
             high = middle

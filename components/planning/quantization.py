@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from inferstack.catalog import Gpu
 from inferstack.catalog.models import base_model, checkpoints_of
+from inferstack.catalog.moe_kernels import MoeKernel, moe_kernel_for
 from inferstack.spec import CheckpointFormat, ModelServiceSpec, catalog_stored_format
 
 # What vLLM 0.33 holds on the GPU after `--quantization fp8_per_tensor` on a 16-bit checkpoint:
@@ -102,6 +103,29 @@ def kernel_family(model: ModelServiceSpec, gpu: Gpu) -> str:
     if served.activation_bits == 8:
         return "w8a8-int8"
     return f"w{served.weight_bits}a16-marlin"
+
+
+def dense_kernel_family(model: ModelServiceSpec, gpu: Gpu) -> str:
+    """The kernel family of the layers a format leaves out of the routed experts: 16-bit where it covers only the
+    experts (gpt-oss's MXFP4), else the format's own."""
+    return "16-bit" if served_format(model).applies_to == "experts" else kernel_family(model, gpu)
+
+
+def moe_kernel(model: ModelServiceSpec, gpu: Gpu) -> MoeKernel:
+    """The grouped-GEMM kernel family vLLM 0.33 runs the routed experts with on this GPU
+    (catalog/moe_kernels.json), by the experts' served format."""
+    served = served_format(model)
+    if served.weight_bits == 16:
+        name = "16-bit"
+    elif served.quant_method == "mxfp4":
+        name = "mxfp4"
+    elif served.is_nvfp4:
+        name = "nvfp4"
+    elif served.weight_type == "float":
+        name = "fp8"
+    else:
+        name = f"int{served.weight_bits}"
+    return moe_kernel_for(name, gpu)
 
 
 def kernel(model: ModelServiceSpec, gpu: Gpu) -> str:

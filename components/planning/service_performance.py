@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 from inferstack.catalog import on_demand_price
 from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
-from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, Shard
+from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, RoutedExperts, Shard
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
-from inferstack.planning.quantization import kernel_family
+from inferstack.planning.quantization import dense_kernel_family, moe_kernel, served_format
 from inferstack.planning.sizing import (
     expert_weights_bytes,
     experts_per_device,
@@ -43,7 +43,7 @@ PIPELINE = Assumption(
 DATA_PARALLEL = Assumption(
     "data parallel", "a replica is data_parallel engines with an even share of its traffic",
     "vLLM's API server spreads requests over the ranks by their queues; the MoE layers' token exchange "
-    "between ranks (all-to-all) is not counted.",
+    "between ranks is timed as vLLM's default all-gather and reduce-scatter over the GPUs' link.",
 )
 ASSUMPTIONS = (*STEP_ASSUMPTIONS, SHARED_DEVICE, PIPELINE, DATA_PARALLEL, REPLICA_PRICE)
 
@@ -73,6 +73,44 @@ def device_for(model: ModelServiceSpec, hardware: PoolHardware) -> Device:
     )
 
 
+def decode_attention_flops(model: ModelServiceSpec, layers: int) -> float:
+    """FLOPs one decoding token spends per token of context on one device (DECODE_ATTENTION): MLA scores every
+    query head over the latent and the RoPE key and sums over the latent; GQA/MHA 2 x head_dim for the scores and
+    as many for the sum, per query head."""
+    arch = model.resolved_architecture
+    heads = arch.attention_heads / model.tensor_parallel
+    if arch.attention == "mla":
+        return 2 * layers * heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+    return 4 * layers * heads * arch.head_dim
+
+
+def routed_experts(model: ModelServiceSpec, hardware: PoolHardware) -> RoutedExperts | None:
+    """What one GPU of the replica holds and computes of the routed experts; None for a dense model."""
+    arch = model.resolved_architecture
+    if not arch.experts:
+        return None
+    pp = model.pipeline_parallel
+    devices = model.tensor_parallel * model.data_parallel
+    expert_parallel = model.resolved_expert_parallel
+    per_expert_params = arch.expert_params / arch.experts / pp
+    kernel = moe_kernel(model, hardware.gpu)
+    return RoutedExperts(
+        weights_bytes=math.ceil(
+            expert_weights_bytes(model, hardware.gpu) * experts_per_device(model) / arch.experts / pp
+        ),
+        flops_per_assignment=2 * per_expert_params / (1 if expert_parallel else devices),
+        experts=arch.experts,
+        per_token=arch.experts_per_token,
+        token_sources=model.data_parallel,
+        devices=devices,
+        expert_parallel=expert_parallel,
+        moe_layers=math.ceil((arch.moe_layers or arch.layers) / pp),
+        family=kernel.family,
+        peak=kernel.peak,
+        block_fp8=kernel.family == "triton" and served_format(model).weight_block_size is not None,
+    )
+
+
 def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     """The load model's engine for a service on its pool, the same sizing the plan and the pods use: the
     replica, or one of its data-parallel ranks (DATA_PARALLEL)."""
@@ -80,28 +118,28 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     sized = fit(model, hardware)
     tp, pp = model.tensor_parallel, model.pipeline_parallel
     link = None
-    if tp > 1:
+    if tp > 1 or model.data_parallel > 1:
         primary = hardware.primary
         link = Link(primary.gpu_link, primary.gpu_link_gbs_per_direction * 1e9)
     layers = math.ceil(arch.layers / pp)
+    experts = routed_experts(model, hardware)
+    active = (arch.active_params_billion or arch.params_billion) * 1e9
+    routed_active = arch.expert_params * arch.experts_per_token / arch.experts if arch.experts else 0
     shard = Shard(
         weights_bytes=sized.weights_bytes_per_device,
         # What a step reads per token of context: a windowed layer's window, not the in-flight tokens vLLM's start
         # check reserves on top of it (sizing.kv_bytes_per_token_per_device with no pool).
         kv_bytes_per_token=kv_bytes_per_token_per_device(model),
-        linear_flops_per_token=2 * (arch.active_params_billion or arch.params_billion) * 1e9 / (tp * pp),
+        linear_flops_per_token=2 * (active - routed_active) / (tp * pp),
         attention_flops_per_token_and_context=4 * layers * arch.attention_heads * arch.head_dim / tp,
-        kernel=KERNELS[kernel_family(model, hardware.gpu)],
+        kernel=KERNELS[dense_kernel_family(model, hardware.gpu)],
         layers=layers,
         hidden_size=arch.hidden_size,
         tensor_parallel=tp,
         link=link,
-        expert_weights_bytes=math.ceil(
-            expert_weights_bytes(model, hardware.gpu) * experts_per_device(model) / (arch.experts or 1) / pp
-        ),
-        experts=arch.experts or 0,
-        experts_per_token=arch.experts_per_token or 0,
-        expert_token_sources=model.data_parallel,
+        decode_attention_flops_per_token_and_context=decode_attention_flops(model, layers),
+        experts=experts,
+        latent_attention=arch.attention == "mla",
     )
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(
@@ -197,7 +235,8 @@ def service_estimate(
         raise ValueError(f"model service {model.name!r} states no traffic: add traffic.requests_per_second")
     price = on_demand_price(hardware.primary.name, region) if node_usd_per_hour is None else node_usd_per_hour
     if price is None:
-        raise ValueError(f"{hardware.primary.name} has no price in {region} in the catalog: pass node_usd_per_hour")
+        raise ValueError(f"{hardware.primary.name} has no on-demand price in {region} in the catalog: state it in "
+                         "budget.prices (purchase on_demand or savings_plan)")
     engine = engine_for(model, hardware)
     workload = workload_of(traffic)
     cap, _ = admission_limit(engine, workload)

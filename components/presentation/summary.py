@@ -9,7 +9,9 @@ from typing import Any, Mapping
 
 from inferstack.conventions import MODEL_READER_SERVICE_ACCOUNT, POOL_LABEL
 from inferstack.engine.recorder import Recording
-from inferstack.planning.cost import nodes_at_min_scale, nodes_cost, stack_costs
+from inferstack.planning.cost import (
+    PoolCost, Price, node_price, nodes_at_min_scale, prices_note, replica_node_price, stack_costs,
+)
 from inferstack.planning.node_groups import capacity_block_lifecycle, nodes_at
 from inferstack.planning.interruption import interruption_plan
 from inferstack.planning.node_health import node_health_plan
@@ -64,19 +66,15 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                 "efa_interfaces": hardware.efa_interfaces,
                 "gpu_sharing": pool.gpu_sharing.mode,
                 "advertises_per_node": advertised_per_node(hardware),
-                "on_demand_usd_per_node_hour": cost.on_demand_usd_per_node,
-                "spot_discount": cost.spot_discount,
-                # What each scale pays for: on-demand nodes first (the baseline), spot at the assumed discount.
-                "spot": None if not pool.capacity.spot else {
-                    "assumed_discount": cost.spot_discount,
-                    "usd_per_node_hour": None if cost.on_demand_usd_per_node is None
-                    else round(nodes_cost(cost.on_demand_usd_per_node, 0, 1, cost.spot_discount), 4),
-                },
+                **pool_prices(spec, hardware, cost),
                 "at_scale": {
                     scale: dict(zip(("on_demand_nodes", "spot_nodes"), nodes_at(pool, nodes)))
                     for scale, nodes in (("min", baseline), ("max", pool.max_nodes))
                 },
                 "usd_per_hour": {"min": cost.min_usd_per_hour, "max": cost.max_usd_per_hour},
+                # A Capacity Block's nodes are paid at its rate inside its window only; outside it they are gone.
+                "outside_capacity_block": None if cost.outside_block is None
+                else dict(zip(("min", "max"), cost.outside_block)),
                 # Its services all at max replicas: beyond max_nodes they cannot all be there at once.
                 "nodes_for_max_replicas": nodes_for_replicas(
                     [(m, m.autoscaling.max_replicas) for m in spec.models if m.pool == pool.name], hardware
@@ -94,6 +92,32 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def price_row(instance_type: str, purchase: str, price: Price) -> dict[str, Any]:
+    return {"instance_type": instance_type, "purchase": purchase, "usd_per_node_hour": price.usd_per_hour,
+            "spot_discount": price.spot_discount, "source": price.source}
+
+
+def pool_prices(spec: StackSpec, hardware: PoolHardware, cost: PoolCost) -> dict[str, Any]:
+    """Every price the pool's nodes are bought at with its source, what nothing prices and why, and the figures
+    a reader compares at a glance: the dearest type's on-demand price and its spot price."""
+    pool = hardware.spec
+    on_demand = [node_price(spec.budget, spec.region, name, "on_demand") for name in pool.instance_types]
+    spot_types = [t for t, purchase, _ in cost.prices if purchase == "spot"]
+    spot = max((cost.price(t, "spot") for t in spot_types), key=lambda p: p.usd_per_hour, default=None)
+    return {
+        "on_demand_usd_per_node_hour": None if None in on_demand else max(p.usd_per_hour for p in on_demand),
+        "prices": [price_row(t, purchase, price) for t, purchase, price in cost.prices],
+        "unpriced": [{"instance_type": u.instance_type, "purchase": u.purchase, "reason": u.reason}
+                     for u in cost.unpriced],
+        # What each scale pays for: on-demand nodes first (the baseline), spot at its discount (the dearest type's).
+        "spot": None if not pool.capacity.spot else {
+            "assumed_discount": None if spot is None else spot.spot_discount,
+            "usd_per_node_hour": None if spot is None else spot.usd_per_hour,
+            "source": None if spot is None else spot.source,
+        },
+    }
 
 
 def gpu_slots(hardware: PoolHardware) -> dict[str, Any]:
@@ -163,22 +187,21 @@ def placements(spec: StackSpec, auto_reasons: Mapping[str, str]) -> list[dict[st
                 "transport_detail": route.describe(),
                 "features": features,
                 # The engine's own share of its pool's on-demand price, per replica and at its replica range.
-                "usd_per_hour": engine_cost(model, hardware, spec.region),
+                "usd_per_hour": engine_cost(model, hardware, spec),
             }
         )
     return rows
 
 
-def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, region: str) -> dict[str, float] | None:
-    """On-demand $/h of the engine's devices, the throughput table's replica price (service_performance), at its
-    replica range."""
-    from inferstack.catalog import on_demand_price
+def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, spec: StackSpec) -> dict[str, float] | None:
+    """On-demand $/h of the engine's devices (a stated on-demand or Savings Plan rate first), the throughput
+    table's replica price (service_performance), at its replica range."""
     from inferstack.planning.service_performance import replica_usd_per_hour
 
-    node_price = on_demand_price(hardware.primary.name, region)
-    if node_price is None:
+    price = replica_node_price(spec, hardware)
+    if price is None:
         return None
-    per_replica = replica_usd_per_hour(model, hardware, node_price)
+    per_replica = replica_usd_per_hour(model, hardware, price.usd_per_hour)
     scaling = model.autoscaling
     return {"replica": round(per_replica, 2), "min": round(per_replica * scaling.min_replicas, 2),
             "max": round(per_replica * scaling.max_replicas, 2)}
@@ -198,7 +221,7 @@ def disaggregation_line(spec: StackSpec, model: ModelServiceSpec) -> str | None:
     for role, engine in (("prefill", engines[prefill_name(model.name)]), ("decode", model)):
         hardware = PoolHardware(spec.pool(engine.pool))
         gpus[role] = hardware.gpu
-        cost = engine_cost(engine, hardware, spec.region)
+        cost = engine_cost(engine, hardware, spec)
         price = f", ${cost['min']:.2f}-{cost['max']:.2f}/h" if cost else ""
         roles.append(f"{role} {engine.autoscaling.min_replicas}-{engine.autoscaling.max_replicas} x "
                      f"{engine.gpus_per_replica} {hardware.gpu.name} on {engine.pool}{price}")
@@ -308,7 +331,7 @@ def _load_figures(point: Any) -> dict[str, Any]:
 def throughput(spec: StackSpec) -> dict[str, Any]:
     """Per service that states its traffic: throughput, latency, replicas and $/1M output tokens, with the
     model's assumptions and its stated accuracy against published measurements."""
-    from inferstack.planning.accuracy import accuracy
+    from inferstack.planning.accuracy import service_confidence
     from inferstack.planning.service_performance import ASSUMPTIONS, service_estimate
 
     rows = []
@@ -328,7 +351,10 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
                          "misstate both roles (their sizing and cost are in the placements)"})
             continue
         try:
-            estimate = service_estimate(model, PoolHardware(spec.pool(model.pool)), region=spec.region)
+            hardware = PoolHardware(spec.pool(model.pool))
+            price = replica_node_price(spec, hardware)
+            estimate = service_estimate(model, hardware, region=spec.region,
+                                        node_usd_per_hour=None if price is None else price.usd_per_hour)
         except ValueError as error:   # no catalog price, or the KV cache cannot hold one request
             rows.append({**row, "error": str(error)})
             continue
@@ -337,6 +363,7 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
                 **row,
                 "at_traffic": _load_figures(estimate.at_traffic),
                 "full_load": _load_figures(estimate.full_load),
+                "confidence": _confidence(service_confidence(model, hardware, estimate.at_traffic)),
                 "traffic_tokens_per_second": round(estimate.traffic_output_tokens_per_second, 1),
                 "replicas_for_traffic": estimate.replicas_for_traffic,
                 "replicas_for_slo": estimate.replicas_for_slo,
@@ -353,17 +380,41 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
         )
     if not rows:
         return {"models": [], "assumptions": [], "accuracy": None}
-    stated = accuracy()
     return {
         "models": rows,
         "assumptions": [{"name": a.name, "value": a.value, "why": a.why} for a in ASSUMPTIONS],
-        "accuracy": {
-            "points": stated.points,
-            "median_error": round(stated.median_error, 4),
-            "worst_factor": round(stated.worst_factor, 3),
-            "short": stated.short(),
-            "stated": stated.stated(),
-        },
+        "accuracy": model_accuracy(),
+    }
+
+
+def _figures(accuracy: Any) -> dict[str, Any]:
+    return {
+        "points": accuracy.points,
+        "median_error": round(accuracy.median_error, 4),
+        "worst_factor": round(accuracy.worst_factor, 3),
+        "worst_point": accuracy.worst_point,
+        "short": accuracy.short(),
+    }
+
+
+def _confidence(confidence: Any) -> dict[str, Any]:
+    return {"basis": confidence.label, **_figures(confidence.accuracy), "text": confidence.text()}
+
+
+def model_accuracy() -> dict[str, Any]:
+    """The throughput model's accuracy as the plan states it: out of sample (leave one publisher out), with the
+    in-sample error and the other engines' beside it, never in its place."""
+    from inferstack.planning.accuracy import in_sample, other_engines, out_of_sample
+
+    stored = out_of_sample()
+    return {
+        "method": stored.method,
+        "stated": stored.stated(),
+        "out_of_sample": _figures(stored.over(stored.ratios)),
+        "by_architecture": {kind: _figures(a) for kind, a in stored.by_architecture().items()},
+        "in_sample": _figures(in_sample()),
+        "other_engines": {**_figures(other_engines()),
+                          "what": "the vLLM model against TensorRT-LLM, NIM and SGLang runs, never fitted"},
     }
 
 
@@ -570,6 +621,10 @@ def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[
             "usd_per_hour_max": round(sum(p["max"] for p in priced), 2),
             "unpriced_pools": [p["name"] for p in pools if p["usd_per_hour"]["max"] is None],
             "budget_usd_per_hour": spec.budget.max_usd_per_hour,
+            # Whose prices the figures use; the spec's own (the policy pack is configured with them too).
+            "prices": prices_note(spec.region, spec.budget),
+            "spot_discount_override": spec.budget.spot_discount,
+            "stated_prices": [p.model_dump() for p in spec.budget.prices],
             # What runs at min scale (planning/cost.nodes_at_min_scale), said the way the plan prints it.
             "min_scale": "at min scale Karpenter runs only what the minimum replicas need (a reservation is paid in full)"
             if spec.platform.karpenter else "min scale runs the on-demand baseline",

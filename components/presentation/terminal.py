@@ -18,8 +18,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inferstack.catalog import prices_source
-
 if TYPE_CHECKING:
     from inferstack.spec import StackSpec
 
@@ -302,12 +300,16 @@ TRANSPORT_LABELS = {"in-node": "node", "efa": "EFA", "tcp": "TCP"}
 
 
 def _capacity(pool: dict[str, Any]) -> str:
-    """'on-demand', 'spot, 60% off' or '2 on-demand + spot, 60% off': how the pool's nodes are bought."""
+    """'on-demand', 'spot, 60% off' or '2 on-demand + spot, 60% off' ('2 Capacity Block + ...'): how the pool's
+    nodes are bought (the discount is the dearest spot type's; 'no spot price' where nothing prices it)."""
     base = pool["nodes"]["on_demand_base"]
     if pool["spot"] is None:
         return "on-demand"
-    spot = f"spot, {pool['spot']['assumed_discount']:.0%} off"
-    return spot if base == 0 else f"{base} on-demand + {spot}"
+    discount = pool["spot"]["assumed_discount"]
+    spot = "spot, no spot price" if pool["spot"]["usd_per_node_hour"] is None else (
+        "spot, stated price" if discount is None else f"spot, {discount:.0%} off")
+    baseline = "Capacity Block" if pool.get("outside_capacity_block") is not None else "on-demand"
+    return spot if base == 0 else f"{base} {baseline} + {spot}"
 
 
 def duration(seconds: float) -> str:
@@ -408,6 +410,16 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
     warnings.print(console)
 
 
+def _price_line(pool: dict[str, Any], sources: dict[str, int]) -> str:
+    """Every price a pool's nodes are bought at, each with its source's number in the price sources below."""
+    return "; ".join(
+        f"{p['instance_type']} {p['purchase'].replace('_', '-')} {_usd(p['usd_per_node_hour'])}/h"
+        + ("" if p.get("spot_discount") is None else f" ({p['spot_discount']:.0%} off)")
+        + f" [{sources.setdefault(p['source'], len(sources) + 1)}]"
+        for p in pool["prices"]
+    )
+
+
 def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Warnings | None = None) -> None:
     """The pools table, Karpenter's disruption settings per pool; what a pool cannot hold goes to the warnings."""
     warnings, own = _own_warnings(warnings)
@@ -430,6 +442,7 @@ def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Wa
             heading=f"[bold]{pool['name']}[/bold] [dim]({pool['role']} pool)[/dim]",
         )
     table.print(console)
+    sources: dict[str, int] = {}  # each price source once, numbered as the price lines cite it
     for pool in pools:
         if (disruption := pool.get("karpenter_disruption")) is not None:
             budgets = disruption["budgets"]
@@ -450,6 +463,14 @@ def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Wa
                 indent=2, markup=False)
         if pool.get("capacity_block"):
             say(console, f"{pool['name']}: {pool['capacity_block']}", indent=2, markup=False)
+        if (outside := pool.get("outside_capacity_block")) is not None:
+            say(console, f"{pool['name']}: $/h above is inside the Capacity Block's window (its nodes prepaid at the "
+                f"block's rate); outside it the block's nodes are gone and the pool costs {_usd(outside['min'])}-"
+                f"{_usd(outside['max'])}/h", indent=2, markup=False)
+        if pool["prices"]:
+            say(console, f"{pool['name']} prices: {_price_line(pool, sources)}", indent=2, markup=False)
+    for source, number in sources.items():
+        say(console, f"[{number}] {source}", indent=2, markup=False)
     for pool in pools:
         if pool.get("zone_doubt"):
             warnings.add(f"node pool {pool['name']}", pool["zone_doubt"])
@@ -467,9 +488,10 @@ def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Wa
                 f"is {pool['nodes']['max']}: they cannot all scale to max at once (the rest stay pending). To fix: "
                 "raise max_nodes or lower max_replicas",
             )
-        if pool["usd_per_hour"]["max"] is None:
-            warnings.add(f"node pool {pool['name']}", "no catalog price in its region: the totals leave it out "
-                         "(they read 'at least')")
+        for missing in pool["unpriced"]:
+            warnings.add(f"node pool {pool['name']}", f"{missing['instance_type']} has {missing['reason']}: the "
+                         "totals leave the pool out (they read 'at least'). To fix: state its price in budget.prices "
+                         f"(purchase {missing['purchase']})")
     if own:
         warnings.print(console)
 
@@ -556,15 +578,13 @@ def print_work(work: dict[str, list[dict[str, Any]]], console: Console) -> None:
 def print_totals(plan: dict[str, Any], console: Console, warnings: Warnings | None = None) -> None:
     warnings, own = _own_warnings(warnings)
     totals = plan["totals"]
-    spot = plan["node_pools"][0]["spot_discount"] if plan["node_pools"] else 0
     floor = "at least " if totals["unpriced_pools"] else ""  # unpriced pools cost something, not $0
-    prices = f"{plan['region']} on-demand prices from {prices_source(plan['region'])}"
     say(console,
         f"[bold]Total[/bold]: up to {totals['gpus_max']} GPUs, {floor}{_usd(totals['usd_per_hour_min'])}/h at min "
-        f"scale, {floor}{_usd(totals['usd_per_hour_max'])}/h at max scale ({prices}; spot assumed "
-        f"{spot:.0%} off on-demand; {totals['min_scale']}, spot fills the rest up to max)")
+        f"scale, {floor}{_usd(totals['usd_per_hour_max'])}/h at max scale ({totals['prices']}; "
+        f"{totals['min_scale']}, spot fills the rest up to max)")
     if totals["unpriced_pools"]:
-        say(console, f"unpriced (no catalog price in {plan['region']}): {', '.join(totals['unpriced_pools'])}",
+        say(console, f"unpriced (no price in {plan['region']}): {', '.join(totals['unpriced_pools'])}",
             indent=2)
     if totals["budget_usd_per_hour"] is not None:
         within = (totals["usd_per_hour_max"] or 0) <= totals["budget_usd_per_hour"]
@@ -587,7 +607,7 @@ def print_throughput(estimates: dict[str, Any], console: Console, warnings: Warn
     warnings, own = _own_warnings(warnings)
     accuracy = estimates["accuracy"]
     table = Grid(
-        f"Throughput and cost at the stated traffic (engine step model: {accuracy['stated']}; on-demand prices)",
+        f"Throughput and cost at the stated traffic (vLLM engine step model, {accuracy['stated']}; on-demand prices)",
         (Column("model", "name"), Column("traffic", "prose"), Column("replicas", "prose"),
          Column("per replica at traffic", "prose"), Column("at full load", "prose"), Column("$/h", "figure"),
          Column("$/1M out", "prose")),
@@ -625,10 +645,13 @@ def print_throughput(estimates: dict[str, Any], console: Console, warnings: Warn
             f"({keep(format(full['running'], '.0f') + ' seqs')}, {full['limit']})",
             _usd(row["usd_per_hour"]),
             f"${row['usd_per_million_output_tokens']:.4f} {keep(f'(${at_full_load:.4f} at full load)')}"
-            f"\n[dim]model: {accuracy['short']}[/dim]",
+            f"\n[dim]model: {_escape(row['confidence']['text'])}[/dim]",
             heading=heading,
         )
     table.print(console)
+    say(console, f"in sample (on the points it was fitted to, never stated alone): {accuracy['in_sample']['short']}; "
+        f"other engines ({accuracy['other_engines']['what']}): {accuracy['other_engines']['short']}", indent=2,
+        markup=False)
     say(console, "assumptions of the throughput model:", indent=2)
     for assumption in estimates["assumptions"]:
         say(console, f"- {assumption['name']} = {assumption['value']}: {assumption['why']}", indent=4, markup=False)

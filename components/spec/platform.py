@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from inferstack.spec.base import Model, Name
+from inferstack.spec.prices import StatedPrice
 
 class GatewaySpec(Model):
     """One OpenAI-style endpoint for every model: Gateway API + Inference Extension."""
@@ -137,6 +138,13 @@ class BudgetSpec(Model):
     max_usd_per_hour: float | None = Field(
         None, gt=0, description="Ceiling for the stack's cost at max scale. Defaults to none (not enforced)."
     )
-    spot_discount: float = Field(
-        0.6, ge=0, lt=1, description="Assumed spot discount off on-demand, for estimates. Defaults to 0.6 (60% off)."
+    spot_discount: float | None = Field(
+        None, ge=0, lt=1,
+        description="Spot discount off on-demand for every spot node, overriding the catalog's spot snapshot "
+        "(components/catalog/spot_prices.json, per instance type and region). Defaults to none: the snapshot's.",
+    )
+    prices: list[StatedPrice] = Field(
+        default_factory=list,
+        description="Prices the team pays (negotiated rates, a Savings Plan, what a Capacity Block cost), each "
+        "winning over the catalog's for its instance type and purchase. Defaults to none: catalog prices.",
     )
