@@ -31,7 +31,9 @@ CREDENTIAL_PATTERNS = (
     ("an OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_-]{32,}\b")),
 )
 # Names (env vars, ConfigMap keys, --flags) whose values are secrets: they end in one of these words.
-SENSITIVE_NAME = re.compile(r"(password|passwd|token|apikey|secretkey|secretaccesskey|privatekey|clientsecret)$")
+SENSITIVE_NAME = re.compile(
+    r"(password|passwd|requirepass|token|apikey|secretkey|secretaccesskey|privatekey|clientsecret)$"
+)
 # Values that are not secret material even under a sensitive name.
 HARMLESS_VALUE = re.compile(r"^(true|false|yes|no|on|off|none|null|\d+)?$", re.IGNORECASE)
 REFERENCE = re.compile(r"^\$(\([A-Za-z_][A-Za-z0-9_]*\)|\{[A-Za-z_][A-Za-z0-9_]*\})$")
@@ -128,9 +130,42 @@ def _helm_value_literals(args: ResourceValidationArgs, report: ReportViolation) 
             )
 
 
+# Istio's security objects at the gateway: an AuthorizationPolicy condition on a credential header compares against
+# the credential itself, and an inline JWKS with a private member ("d", RFC 7517/7518) is a signing key.
+ISTIO_SECURITY_PREFIX = "kubernetes:security.istio.io/"
+CREDENTIAL_HEADER = re.compile(r"^request\.headers\[(authorization|x-api-key|api-key|apikey|proxy-authorization)\]$",
+                               re.IGNORECASE)
+PRIVATE_JWK = re.compile(r'"d"\s*:')
+
+
+def _gateway_security_literals(args: ResourceValidationArgs, report: ReportViolation) -> None:
+    if not args.resource_type.startswith(ISTIO_SECURITY_PREFIX):
+        return
+    spec = mapping(args.props.get("spec"))
+    metadata = mapping(args.props.get("metadata"))
+    kind = args.resource_type.rsplit(":", 1)[-1]
+    where = f"{kind} {text(metadata.get('namespace'), '-')}/{text(metadata.get('name'), args.name)}"
+    for index, rule in enumerate(items(spec.get("rules"))):
+        for condition in items(mapping(rule).get("when")):
+            key = text(mapping(condition).get("key"))
+            if CREDENTIAL_HEADER.match(key) and items(mapping(condition).get("values")):
+                report(f"{where} rules[{index}] compares {key} with literal values: the credentials are readable "
+                       "by anyone who can read the policy. To fix: authenticate with gateway.auth.jwt and name "
+                       "tenants by their claim.")
+    for path, value in leaves(spec):
+        if not isinstance(value, str):
+            continue
+        credential = credential_in(value)
+        private_key = bool(path) and path[-1] == "jwks" and PRIVATE_JWK.search(value) is not None
+        why = f"contains {credential}" if credential else "holds a private JSON Web Key" if private_key else None
+        if why:
+            report(f"{where} spec.{dotted(path)} {why}. To fix: keep signing keys with the issuer and give the "
+                   "gateway only its public JWKS (gateway.auth.jwt.jwks_uri).")
+
+
 no_literal_secrets = ResourceValidationPolicy(
     name="no-literal-secrets",
-    description="No tokens, keys or passwords as literals in env, args, ConfigMaps or Helm values.",
-    validate=[_workload_literals, _config_map_literals, _helm_value_literals],
+    description="No tokens, keys or passwords as literals in env, args, ConfigMaps, Helm values or gateway policies.",
+    validate=[_workload_literals, _config_map_literals, _helm_value_literals, _gateway_security_literals],
     enforcement_level=EnforcementLevel.MANDATORY,
 )

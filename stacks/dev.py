@@ -4,11 +4,13 @@ scale to zero when nobody is using it."""
 from inferstack.spec import (
     AutoscalingSpec,
     CapacitySpec,
+    GatewaySpec,
     ModelServiceSpec,
     NodePoolSpec,
     StackSpec,
     TimeSlicing,
 )
+from inferstack.spec.edge import EdgeAuthSpec, JwtIssuerSpec, TenantSpec
 
 stack = StackSpec(
     environment="dev",
@@ -24,6 +26,13 @@ stack = StackSpec(
             gpu_sharing=TimeSlicing(mode="time_slicing", replicas=2),
         ),
     ],
+    # HTTPS with the Secret inference-gateway-tls (cert-manager or the team keeps it); callers bring a token of the
+    # company's OIDC issuer whose `tenant` claim names a tenant below, which may call only its models.
+    gateway=GatewaySpec(auth=EdgeAuthSpec(
+        jwt=JwtIssuerSpec(issuer="https://login.acme.example", audiences=["inference-dev"],
+                          jwks_uri="https://login.acme.example/.well-known/jwks.json"),
+        tenants=[TenantSpec(name="ml-platform", models=["qwen-7b"])],
+    )),
     models=[
         ModelServiceSpec(
             name="qwen-7b",

@@ -6,6 +6,7 @@ from inferstack.spec import (
     AutoscalingSpec,
     BatchJobSpec,
     CapacitySpec,
+    GatewaySpec,
     LatencySlo,
     MigSharing,
     ModelServiceSpec,
@@ -14,6 +15,7 @@ from inferstack.spec import (
     StackSpec,
     TrafficSpec,
 )
+from inferstack.spec.edge import EdgeAuthSpec, JwtIssuerSpec, TenantSpec
 
 stack = StackSpec(
     environment="prod",
@@ -52,6 +54,16 @@ stack = StackSpec(
             capacity=CapacitySpec(on_demand_base=0, spot=True),
         ),
     ],
+    # HTTPS with the Secret inference-gateway-tls (cert-manager or the team keeps it); callers bring a token of the
+    # company's OIDC issuer whose `tenant` claim names a tenant below, which may call only its models.
+    gateway=GatewaySpec(auth=EdgeAuthSpec(
+        jwt=JwtIssuerSpec(issuer="https://login.acme.example", audiences=["inference-prod"],
+                          jwks_uri="https://login.acme.example/.well-known/jwks.json"),
+        tenants=[
+                TenantSpec(name="search", models=["llama-70b", "llama-8b-fp8", "bge-embed"]),
+                TenantSpec(name="legal", models=["llama-70b-long"]),
+            ],
+    )),
     models=[
         ModelServiceSpec(
             name="llama-70b",

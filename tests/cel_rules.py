@@ -24,6 +24,7 @@ import datetime
 import functools
 import re
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +83,28 @@ def _upper_ascii(text: celtypes.StringType) -> celtypes.StringType:
     return celtypes.StringType("".join(c.upper() if c.isascii() else c for c in str(text)))
 
 
+class _Url(celtypes.StringType):
+    """A Kubernetes URL value: the string url() was given, known to parse."""
+
+
+def _url(text: celtypes.StringType) -> _Url:
+    """Kubernetes URL library (k8s.io/apiserver/pkg/cel/library/urls.go): url() accepts an absolute URI or an
+    absolute path and errors on anything else."""
+    parts = urlsplit(str(text))
+    if not ((parts.scheme and parts.netloc) or str(text).startswith("/")):
+        raise ValueError(f"URL parse error during conversion from string: {text!r}")
+    return _Url(str(text))
+
+
+def _get_scheme(value: celtypes.StringType) -> celtypes.StringType:
+    """URL.getScheme(): the scheme, '' for an absolute path."""
+    return celtypes.StringType(urlsplit(str(value)).scheme)
+
+
 # The extension functions provided, by CEL name (method or global call).
 EXTENSIONS = {
+    "url": _url,
+    "getScheme": _get_scheme,
     "find": _find,
     "findAll": _find_all,
     "split": _split,

@@ -125,3 +125,17 @@ def test_the_program_deploys_the_resolved_placement():
     embed = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "embed")
     limits = embed["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/mig-1g.10gb"] == "1"
+
+
+def test_a_price_the_spec_states_ranks_the_pools():
+    """A negotiated on-demand rate (budget.prices) is what auto placement compares: at $1/h an eighth of an H100
+    node costs less than a whole L4, so the small service moves to the H100 pool."""
+    assert placed(stack())["small"] == ("l4", 1, None)
+    spec = copy.deepcopy(BASE)
+    spec["budget"] = {"prices": [{"instance_type": "p5.48xlarge", "purchase": "on_demand", "usd_per_hour": 1.0,
+                                  "source": "negotiated rate (test)"}]}
+    written = validate(StackSpec.model_validate(spec)).written
+    assert placed(written)["small"][0] == "h100"
+    pools = {p.name: PoolHardware(p) for p in written.node_pools}
+    (best, *_) = candidates(written.models[2], pools, written.region, budget=written.budget)
+    assert best.model.pool == "h100" and best.usd_per_hour < 1.0

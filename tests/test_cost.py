@@ -175,7 +175,8 @@ def test_auto_placement_leaves_out_a_pool_unpriced_in_the_stack_region():
         == ["l40s"]
     error = refusal(auto_stack("ap-south-1", [L4, L40S], 32768))
     assert error.path == "models[0].pool"
-    assert "pools 'l40s' have no on-demand price in ap-south-1 in the catalog, so it left them out" in error.problem
+    assert "pools 'l40s' have no on-demand price in ap-south-1 in the catalog or budget.prices, so it left them out" \
+        in error.problem
     error = refusal(auto_stack("ap-south-1", [L40S], 8192))
     assert error.path == "models[0].pool"
     assert "no pool in 'l40s' has an on-demand price in ap-south-1" in error.problem

@@ -70,13 +70,14 @@ def _assert_matches_catalog(result: dict) -> None:
 
 def test_every_registered_type_has_a_replacement_rule_with_a_source():
     """Every custom resource type the dev and prod programs register has a catalog entry naming its upstream
-    source (terraform-provider-aws file, or pulumi-kubernetes diff.go / helm_release.go)."""
+    source (terraform-provider-aws or -random file, or pulumi-kubernetes diff.go / helm_release.go)."""
     for stack in ("dev", "prod"):
         resources, _plan = _side(stack, _spec(stack).model_dump_json())
         types = {r["type"] for r in resources if r["custom"]}
         assert types - set(RULES) == set(), stack
     for rule in RULES.values():
-        assert any(origin in rule.source for origin in ("terraform-provider-aws", "pulumi-kubernetes", "not read upstream"))
+        assert any(origin in rule.source for origin in
+                   ("terraform-provider-aws", "terraform-provider-random", "pulumi-kubernetes", "not read upstream"))
 
 
 def test_rules_follow_the_provider_fields_read_upstream():

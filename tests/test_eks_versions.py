@@ -148,3 +148,15 @@ def test_a_minor_the_calendar_does_not_list_is_refused_with_how_to_pin_it():
     message = str(caught.value)
     assert "the EKS release calendar in the catalog has no row for it" in message
     assert "aws eks describe-addon-versions --kubernetes-version <minor>" in message
+
+
+def test_the_vpc_cni_enforces_the_serving_namespaces_network_policies(planned):
+    """EKS User Guide networking/eks-networking-add-ons.adoc: the VPC CNI add-on enforces NetworkPolicies only with
+    "enableNetworkPolicy": "true" in its configuration values, from v1.14.0-eksbuild.3; without it the policies the
+    stack renders are accepted and filter nothing."""
+    import json
+
+    minor, spec = planned
+    (cni,) = [a for a in run(spec).of_type("aws:eks/addon:Addon") if a.inputs["addonName"] == "vpc-cni"]
+    assert json.loads(cni.inputs["configurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert add_on_version_order(cni.inputs["addonVersion"]) >= add_on_version_order("v1.14.0-eksbuild.3")

@@ -256,9 +256,12 @@ def test_cel_reports_a_rule_it_cannot_evaluate_and_prefers_message_expression():
 
 
 def test_cel_extension_functions_follow_their_upstream_semantics():
-    """Kubernetes regex library find/findAll (k8s.io/apiserver/pkg/cel/library/regex.go) and cel-go ext/strings
-    split (Go strings.SplitN)."""
+    """Kubernetes regex library find/findAll (k8s.io/apiserver/pkg/cel/library/regex.go), URL library url() and
+    getScheme() (k8s.io/apiserver/pkg/cel/library/urls.go: an absolute URI or an absolute path, else an error) and
+    cel-go ext/strings split (Go strings.SplitN)."""
     cases = {
+        "url('https://login.example/keys').getScheme() == 'https'": True,
+        "url('/keys').getScheme() == ''": True,
         "'al2023@latest'.find('^[^@]+') == 'al2023'": True,
         "'abc'.find('x') == ''": True,
         "'a1b22c333'.findAll('[0-9]+') == ['1', '22', '333']": True,
@@ -271,6 +274,8 @@ def test_cel_extension_functions_follow_their_upstream_semantics():
         compiled = cel_rules.compile_rule(rule)
         assert compiled.evaluable, rule
         assert bool(compiled.program.evaluate({})) is expected, rule
+    schema = {"type": "string", "x-kubernetes-validations": [{"rule": "url(self).getScheme() == 'https'"}]}
+    assert cel_rules.evaluate(schema, "not a url").violations     # url() errors, so the object is refused
 
 
 # --- PromQL ------------------------------------------------------------------------------------------------------

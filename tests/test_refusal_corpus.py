@@ -115,11 +115,12 @@ CORPUS: dict[str, Mistake] = {
         "prod.py", edited(PROD, ('name="summarizer"', 'name="redis"')),
         "workers[0].name", "the job queue (Redis) would both need Deployment batch/redis", "rename one of them"),
     "model-named-like-redis-in-a-shared-namespace": Mistake(
-        "prod.py", edited(PROD, ('name="bge-embed"', 'name="redis"'),
+        "prod.py", edited(PROD, ('name="bge-embed"', 'name="redis"'), ('"llama-8b-fp8", "bge-embed"]', '"llama-8b-fp8", "redis"]'),
                           ('region="us-east-1",', 'region="us-east-1", serving_namespace="batch",')),
         "models[3].name", "would both need Deployment batch/redis", "rename one of them"),
     "model-named-like-a-leaderworkersets-headless-service": Mistake(
-        "prod.py", edited(PROD, ('name="llama-70b",', 'name="llama-70b-long-group",')),
+        "prod.py", edited(PROD, ('name="llama-70b",', 'name="llama-70b-long-group",'),
+                          ('models=["llama-70b", ', 'models=["llama-70b-long-group", ')),
         "models[1].name", "the LeaderWorkerSet controller for model service 'llama-70b-long'", "rename one of them"),
     "model-named-like-istios-gateway-deployment": Mistake(
         "dev.yaml", yaml_with(("name: qwen,", "name: inference-gateway-istio,"), append="gateway: {implementation: istio}\n"),
@@ -131,7 +132,7 @@ CORPUS: dict[str, Mistake] = {
         "rename one of them"),
     # ---- a Service name is a DNS-1035 label (Kubernetes apimachinery validation.IsDNS1035Label): a leading letter
     "model-name-with-a-leading-digit": Mistake(
-        "dev.py", edited(DEV, ('name="qwen-7b"', 'name="7b-qwen"')),
+        "dev.py", edited(DEV, ('name="qwen-7b"', 'name="7b-qwen"'), ('models=["qwen-7b"]', 'models=["7b-qwen"]')),
         "models[0].name", "would need Service inference/7b-qwen, and a Service name must start with a letter",
         "start the name with a letter, e.g. 'm-7b-qwen'"),
     "model-name-with-a-leading-digit-yaml": Mistake(

@@ -1,7 +1,8 @@
 """The rendered queue worker and batch-job scripts, run for real against local stand-ins on 127.0.0.1.
 
-The worker talks RESP to a small in-test Redis and HTTP to a fake OpenAI endpoint; the batch stages
-run under bash with `aws` replaced by a shim that maps s3:// URIs to a local folder.
+The worker talks RESP to a small in-test Redis (which, like a Redis with `requirepass`, answers NOAUTH
+until a client sends AUTH with its password) and HTTP to a fake OpenAI endpoint; the batch stages run
+under bash with `aws` replaced by a shim that maps s3:// URIs to a local folder.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from inferstack.serving.workers import render_batch_stage, render_worker
+from inferstack.serving.workers import REDIS_PASSWORD_ENV, render_batch_stage, render_worker
 from inferstack.spec import BatchJobSpec, StackSpec
 
 BASH = shutil.which("bash")
@@ -30,20 +31,29 @@ needs_gnu_tools = pytest.mark.skipif(
 )
 
 
+REDIS_PASSWORD = "queue-password-for-tests"
+
+
 class FakeRedis(socketserver.ThreadingTCPServer):
-    """RPUSH and BLPOP over RESP, enough for the worker; BLPOP on an empty list answers nil after 0.1 s."""
+    """AUTH, RPUSH and BLPOP over RESP, enough for the worker; BLPOP on an empty list answers nil after 0.1 s.
+
+    Replies as Redis 7.4 does with `requirepass` set (redis/redis 7.4.1 src/server.c processCommand and
+    src/acl.c): NOAUTH to any command but AUTH before it succeeds, WRONGPASS to a wrong password."""
 
     allow_reuse_address = True
     daemon_threads = True
 
-    def __init__(self, lists: dict[str, list[bytes]]) -> None:
+    def __init__(self, lists: dict[str, list[bytes]], password: str = REDIS_PASSWORD) -> None:
         self.lists = lists
+        self.password = password
+        self.refused: list[str] = []  # commands answered NOAUTH or WRONGPASS
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), RespHandler)
 
 
 class RespHandler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
+        authenticated = False
         while True:
             line = self.rfile.readline()
             if not line:
@@ -51,7 +61,15 @@ class RespHandler(socketserver.StreamRequestHandler):
             args = [self._bulk() for _ in range(int(line[1:]))]
             command, key = args[0].decode().upper(), args[1].decode()
             server: FakeRedis = self.server
-            if command == "RPUSH":
+            if command == "AUTH":
+                authenticated = key == server.password
+                if not authenticated:
+                    server.refused.append(command)
+                self.wfile.write(b"+OK\r\n" if authenticated else b"-WRONGPASS invalid username-password pair\r\n")
+            elif not authenticated:
+                server.refused.append(command)
+                self.wfile.write(b"-NOAUTH Authentication required.\r\n")
+            elif command == "RPUSH":
                 with server.lock:
                     server.lists.setdefault(key, []).extend(args[2:])
                     size = len(server.lists[key])
@@ -140,7 +158,8 @@ def test_worker_serves_jobs_retries_transient_errors_and_stops_on_sigterm(stack,
         render_worker(stack, stack.workers[0], redis_host="127.0.0.1", redis_port=redis.server_address[1],
                       url=f"http://127.0.0.1:{model.server_address[1]}")
     )
-    worker = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, REDIS_PASSWORD_ENV: REDIS_PASSWORD})
     try:
         deadline = time.monotonic() + 15
         while len(redis.lists.get("jobs:results", [])) + len(redis.lists.get("jobs:failed", [])) < 6:
@@ -154,6 +173,7 @@ def test_worker_serves_jobs_retries_transient_errors_and_stops_on_sigterm(stack,
             worker.kill()
         redis.shutdown(), model.shutdown()
     assert worker.returncode == 0 and "worker: stopped" in stderr
+    assert redis.refused == []  # every command after AUTH with the password
 
     results = {r["id"]: r for r in map(json.loads, redis.lists["jobs:results"])}
     assert sorted(results) == ["1", "2", "3"]

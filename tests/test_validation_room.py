@@ -77,7 +77,8 @@ def test_moving_prod_to_karpenter_shows_every_problem_in_one_run(tmp_path):
     assert {"node_pools[0].min_nodes", "node_pools[1].min_nodes", "node_pools[2].min_nodes",
             "node_pools[1].gpu_sharing"} <= set(paths), lines
     assert len(paths) == len(set(paths))
-    assert all(line.startswith("moved.py:line 19: ") and ". To fix: " in line for line in lines)
+    stack_line = next(n for n, text_line in enumerate(text.splitlines(), 1) if "StackSpec(" in text_line)
+    assert all(line.startswith(f"moved.py:line {stack_line}: ") and ". To fix: " in line for line in lines)
 
 
 def test_moving_prod_to_another_region_shows_every_problem_in_one_run(tmp_path):

@@ -8,6 +8,8 @@ configured by planning/node_health. Authentication is API-only: access entries, 
 
 from __future__ import annotations
 
+import json
+
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,10 @@ from inferstack.spec import CreateCluster, StackSpec
 
 # Add-ons a node needs before it turns Ready (CNI, service routing, pod credentials).
 NODE_ADDONS = ("vpc-cni", "kube-proxy", "eks-pod-identity-agent")
+# The VPC CNI enforces NetworkPolicies only when told to: without this, EKS accepts the serving namespaces'
+# policies and filters nothing (EKS User Guide, networking/eks-networking-add-ons.adoc, "enableNetworkPolicy":
+# "true" in the add-on's configuration values, vpc-cni v1.14.0-eksbuild.3 or later).
+ADDON_CONFIGURATION = {"vpc-cni": json.dumps({"enableNetworkPolicy": "true"})}
 # CoreDNS is a Deployment: it only becomes healthy once the system nodes exist.
 DNS_ADDON = "coredns"
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
@@ -146,7 +152,11 @@ class EksCluster(pulumi.ComponentResource):
         for role_arn in cluster_spec.ci_role_arns:
             self._access_entry(f"{name}-ci", cluster, role_arn, CI_ACCESS_POLICY, args.partition)
 
-        node_addons = [self._addon(name, cluster, addon, cluster_spec.kubernetes_version) for addon in NODE_ADDONS]
+        node_addons = [
+            self._addon(name, cluster, addon, cluster_spec.kubernetes_version,
+                        configuration_values=ADDON_CONFIGURATION.get(addon))
+            for addon in NODE_ADDONS
+        ]
         system = cluster_spec.system_nodes
         system_nodes = eks.NodeGroup(
             f"{name}-system",

@@ -287,7 +287,7 @@ class OutOfSample:
         )
 
     def by_architecture(self) -> dict[str, Accuracy]:
-        classes = _classes()
+        classes = point_classes()
         return {
             kind: self.over(i for i in self.ratios if classes[i].architecture == kind) for kind in ("dense", "MoE")
         }
@@ -315,7 +315,8 @@ def out_of_sample() -> OutOfSample:
 
 
 @cache
-def _classes() -> dict[str, PointClass]:
+def point_classes() -> dict[str, PointClass]:
+    """Each counted point's class, by id."""
     return {row.measurement.id: class_of(row) for row in comparisons() if counted(row.measurement)}
 
 
@@ -334,7 +335,7 @@ def confidence(wanted: PointClass) -> Confidence:
     """The out-of-sample error over the points most like `wanted`: its architecture, precision, GPU and load,
     dropping the GPU, then the load, then the precision until at least CONFIDENCE_POINTS points remain."""
     stored = out_of_sample()
-    classes = _classes()
+    classes = point_classes()
     for fields in (("architecture", "precision", "gpu", "load"), ("architecture", "precision", "load"),
                    ("architecture", "precision"), ("architecture",)):
         ids = [i for i, c in classes.items() if all(getattr(c, f) == getattr(wanted, f) for f in fields)]

@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from inferstack.catalog import on_demand_price
+from inferstack.planning.cost import node_price
 from inferstack.planning.node_groups import on_demand_node_limit, on_demand_nodes_at_min
 from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.planning.sizing import fit, parallelism_problem, stated_sequences, weights_bytes
 from inferstack.spec.errors import SpecError, quoted
 from inferstack.spec import AUTO, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
+from inferstack.spec.platform import BudgetSpec
 from inferstack.spec.pools import WHOLE_GPU, PoolHardware
 
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
@@ -119,12 +120,19 @@ def _shapes(model: ModelServiceSpec, hardware: PoolHardware) -> list[dict]:
     return [{"tensor_parallel": tp, "mig_profile": None} for tp in sizes]
 
 
+def on_demand_usd(budget: BudgetSpec | None, region: str, instance_type: str) -> float | None:
+    """A node's on-demand price in the region: the spec's stated one (budget.prices), else the catalog's."""
+    price = node_price(budget or BudgetSpec(), region, instance_type, "on_demand")
+    return None if price is None else price.usd_per_hour
+
+
 def candidates(
-    model: ModelServiceSpec, pools: dict[str, PoolHardware], region: str, considered: Considered | None = None
+    model: ModelServiceSpec, pools: dict[str, PoolHardware], region: str, considered: Considered | None = None,
+    budget: BudgetSpec | None = None,
 ) -> list[Candidate]:
     """Every placement of `model` on the pools considered (by default every pool for `auto`) that fits, the
-    preferred pools' first, then cheapest first at on-demand prices in `region` (a pool unpriced there is no
-    candidate)."""
+    preferred pools' first, then cheapest first at on-demand prices in `region` as the spec states them or the
+    catalog has them (a pool unpriced there is no candidate)."""
     if considered is None:
         names = tuple(pools) if model.pool == AUTO else (model.pool,)
         considered = Considered(names, frozenset(names))
@@ -132,7 +140,7 @@ def candidates(
     found = []
     for name in names:
         hardware = pools[name]
-        price = on_demand_price(hardware.primary.name, region)
+        price = on_demand_usd(budget, region, hardware.primary.name)
         if price is None:
             continue
         for shape in _shapes(model, hardware):
@@ -186,11 +194,11 @@ def _resolve(
     for index in auto:
         model = spec.models[index]
         considered = considered_pools(spec, model, pools)
-        options = candidates(model, pools, spec.region, considered)
+        options = candidates(model, pools, spec.region, considered, spec.budget)
         replicas = model.autoscaling.max_replicas
         roomy = [c for c in options if free[c.model.pool].get(c.resource, 0) >= c.count * replicas]
         if not roomy:
-            raise _unplaceable(index, model, options, pools, spec.region, considered)
+            raise _unplaceable(index, model, options, pools, spec, considered)
         if model.pool == AUTO and is_online(model):  # a named pool's baseline is refused at the pool
             held = [c for c in roomy if _baseline_holds(spec, pools, online[c.model.pool], c.model)]
             if not held:
@@ -233,7 +241,7 @@ def _no_baseline(index: int, model: ModelServiceSpec, roomy: list[Candidate], sp
     )
 
 
-def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools, region: str,
+def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], pools, spec: StackSpec,
                  considered: Considered) -> SpecError:
     need = f"{model.max_model_len} tokens x {stated_sequences(model)} sequences"
     names = list(considered.pools)
@@ -245,13 +253,15 @@ def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], 
             f"add a pool with role 'serving', set this service's tier to 'standard', or name a pool in "
             f"models[{index}].pool",
         )
-    unpriced = [name for name in names if on_demand_price(pools[name].primary.name, region) is None]
+    region = spec.region
+    unpriced = [name for name in names if on_demand_usd(spec.budget, region, pools[name].primary.name) is None]
     if not options and unpriced == names:
         return SpecError(
             f"models[{index}].pool",
             f"auto placement chooses by price, and no pool in {quoted(names)} has an on-demand price in {region} "
-            "in the catalog",
-            "add a pool of an instance type the catalog prices in this region (components/catalog/prices.json)",
+            "in the catalog or the spec",
+            "state the price in budget.prices (purchase 'on_demand'), or add a pool of an instance type the catalog "
+            "prices in this region (components/catalog/prices.json)",
         )
     if options:
         where = quoted(sorted({c.model.pool for c in options}))
@@ -263,7 +273,8 @@ def _unplaceable(index: int, model: ModelServiceSpec, options: list[Candidate], 
         )
     field = "pool" if model.pool == AUTO else ("mig_profile" if model.mig_profile == AUTO else "tensor_parallel")
     left_out = (
-        f" (pools {quoted(unpriced)} have no on-demand price in {region} in the catalog, so it left them out)"
+        f" (pools {quoted(unpriced)} have no on-demand price in {region} in the catalog or budget.prices, so it "
+        "left them out)"
         if unpriced else ""
     )
     return SpecError(

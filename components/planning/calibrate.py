@@ -27,7 +27,7 @@ from typing import Callable
 
 from inferstack.catalog.measurements import MEASUREMENTS, Measurement
 from inferstack.catalog.moe_kernels import MOE_FAMILIES
-from inferstack.planning.accuracy import compare, counted, engine_of, summarize
+from inferstack.planning.accuracy import compare, counted, engine_of, point_classes, summarize
 from inferstack.planning.engine_step import STATED, StepConstants
 from inferstack.planning.load import Engine
 
@@ -260,9 +260,7 @@ def _summary(ratios: dict[str, float]) -> str:
 
 
 def _by_class(ratios: dict[str, float]) -> None:
-    from inferstack.planning.accuracy import _classes
-
-    classes = _classes()
+    classes = point_classes()
     for kind in ("dense", "MoE"):
         part = {i: r for i, r in ratios.items() if classes[i].architecture == kind}
         if part:

@@ -387,6 +387,17 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
     }
 
 
+def edge(spec: StackSpec) -> dict[str, Any] | None:
+    """How clients reach the gateway and who gets through; None without a gateway."""
+    from inferstack.serving.gateway import edge_summary
+
+    if not spec.gateway.enabled:
+        return None
+    transport_words, authentication = edge_summary(spec.gateway)
+    return {"transport": transport_words, "tls_mode": spec.gateway.tls.mode, "authentication": authentication,
+            "tenants": [{"name": t.name, "models": list(t.models)} for t in spec.gateway.auth.tenants]}
+
+
 def _figures(accuracy: Any) -> dict[str, Any]:
     return {
         "points": accuracy.points,
@@ -629,6 +640,7 @@ def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[
             "min_scale": "at min scale Karpenter runs only what the minimum replicas need (a reservation is paid in full)"
             if spec.platform.karpenter else "min scale runs the on-demand baseline",
         },
+        "edge": edge(spec),
         "throughput": throughput(spec),
         "rollouts": rollouts(spec),
         "interruption": interruption_plan(spec),

@@ -390,6 +390,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
     if work:
         print_work(work, console)
     print_totals(plan, console, warnings)
+    if plan.get("edge"):
+        print_edge(plan["edge"], console, warnings)
     if plan.get("throughput", {}).get("models"):
         print_throughput(plan["throughput"], console, warnings)
     if plan.get("rollouts", {}).get("models"):
@@ -595,6 +597,17 @@ def print_totals(plan: dict[str, Any], console: Console, warnings: Warnings | No
                          f"{_usd(totals['budget_usd_per_hour'])}/h")
     if own:
         warnings.print(console)
+
+
+def print_edge(edge: dict[str, Any], console: Console, warnings: Warnings) -> None:
+    """The gateway's listener and who gets through it; plain HTTP or an open door is a warning."""
+    say(console, "[bold]Endpoint[/bold]")
+    say(console, f"listener: {edge['transport']}", indent=2, markup=False)
+    say(console, f"authentication: {edge['authentication']}", indent=2, markup=False)
+    if edge["tls_mode"] == "none":
+        warnings.add("gateway", "clients reach the endpoint over plain HTTP (gateway.tls.mode 'none')")
+    if edge["authentication"].startswith("none"):
+        warnings.add("gateway", Text(f"authentication {edge['authentication']}"))
 
 
 def _ms(value: float | None, missing: str = "unbounded") -> str:

@@ -13,6 +13,10 @@
   ahead of the picker's ext_proc; on agentgateway a PreRouting transformation. A route-level HTTPRoute
   RequestHeaderModifier would not do: Envoy applies route header changes in its router filter, after ext_proc, so it
   would strip the picker's own header and name the objective too late.
+* The edge (spec/edge.py): the listener HTTPS with the spec's TLS Secret, or HTTP behind the AWS load balancer's ACM
+  certificate, or plain HTTP by explicit choice; on Istio a RequestAuthentication verifying the issuer's JWTs and an
+  ALLOW AuthorizationPolicy per tenant and model on the Gateway, so a request without a verified token of a tenant
+  allowed its model never reaches a route (with no tenant the policy allows nothing).
 * Per model service, a `ModelRoute`: the endpoint picker (EPP) with prefix-cache-aware scoring, its
   InferencePool selecting the service's serving pods, an InferenceObjective carrying the tier's
   priority, and an HTTPRoute matching the model's name.
@@ -46,13 +50,15 @@ from inferstack.serving.inference_api import INFERENCE_GROUP, INFERENCE_POOL_API
 from inferstack.serving.model_service import pool_selector
 from inferstack.serving.rbac import granted_role
 from inferstack.serving.vllm_args import VLLM_PORT
-from inferstack.spec import ModelServiceSpec, StackSpec
+from inferstack.spec import GatewaySpec, ModelServiceSpec, StackSpec
+from inferstack.spec.edge import ACM_CERTIFICATE_ANNOTATION, ACM_PORTS_ANNOTATION, JwtIssuerSpec
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 OBJECTIVE_API_VERSION = "llm-d.ai/v1alpha2"
 GATEWAY_GROUP, OBJECTIVE_GROUP = GATEWAY_API_VERSION.split("/")[0], OBJECTIVE_API_VERSION.split("/")[0]
 AGENTGATEWAY_POLICY_API_VERSION = "agentgateway.dev/v1alpha1"
 ENVOY_FILTER_API_VERSION = "networking.istio.io/v1alpha3"
+ISTIO_SECURITY_API_VERSION = "security.istio.io/v1"
 # Envoy's header mutation HTTP filter (envoy.extensions.filters.http.header_mutation.v3.HeaderMutation), twice.
 HEADER_MUTATION_TYPE = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
 STRIP_FILTER = "inferstack.strip_routing_headers"
@@ -233,6 +239,13 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
     }
 
 
+# Headers only the endpoint picker may set, removed from every request the gateway receives: the routing sidecar's
+# (serving/disaggregation.py) and the picker's answer to the data plane, the endpoint a request goes to (GAIE
+# docs/proposals/004-endpoint-picker-protocol/README.md, "Destination Endpoint"), so a client's copy never reaches
+# the load balancer, not even where the picker fails open.
+UNTRUSTED_ROUTING_HEADERS = (*disaggregation.SIDECAR_ROUTING_HEADERS, "x-gateway-destination-endpoint")
+
+
 def request_headers_envoy_filter(gateway_ref: dict[str, str], body_based_routing: bool) -> dict[str, Any]:
     """Two Envoy header_mutation filters in the gateway's HTTP filters (Istio EnvoyFilter HTTP_FILTER patches on the
     HTTP connection manager): the first of all removes the routing sidecar's headers; the second names the request's
@@ -241,7 +254,7 @@ def request_headers_envoy_filter(gateway_ref: dict[str, str], body_based_routing
     first) and before the picker's. Applied after that chart's EnvoyFilter (priority 0; Istio applies higher
     priorities later), so the filter it follows is there."""
     strip = {"name": STRIP_FILTER, "typed_config": {"@type": HEADER_MUTATION_TYPE, "mutations": {"request_mutations": [
-        {"remove": header} for header in disaggregation.SIDECAR_ROUTING_HEADERS]}}}
+        {"remove": header} for header in UNTRUSTED_ROUTING_HEADERS]}}}
     objective = {"name": OBJECTIVE_FILTER, "typed_config": {"@type": HEADER_MUTATION_TYPE, "mutations": {
         "request_mutations": [{"append": {
             "header": {"key": OBJECTIVE_HEADER, "value": f"%REQ({MODEL_HEADER.lower()})%"},
@@ -270,7 +283,76 @@ def agentgateway_request_transformation(body_based_routing: bool) -> dict[str, A
     model = "json(request.body).model" if body_based_routing else f'request.headers["{MODEL_HEADER.lower()}"]'
     headers = [{"name": MODEL_HEADER, "value": model}] if body_based_routing else []
     return {"set": [*headers, {"name": OBJECTIVE_HEADER, "value": model}],
-            "remove": list(disaggregation.SIDECAR_ROUTING_HEADERS)}
+            "remove": list(UNTRUSTED_ROUTING_HEADERS)}
+
+
+def gateway_listener(gateway: GatewaySpec) -> dict[str, Any]:
+    """The Gateway's one listener: HTTPS terminating with the TLS Secret (Gateway API v1.6.1 GatewayTLSConfig,
+    mode Terminate), or HTTP behind a load balancer that terminates TLS itself (acm), or plain HTTP (none)."""
+    listener: dict[str, Any] = {"name": "http", "port": gateway.listener_port, "protocol": "HTTP"}
+    if gateway.tls.mode == "secret":
+        listener = {"name": "https", "port": gateway.listener_port, "protocol": "HTTPS", "tls": {
+            "mode": "Terminate", "certificateRefs": [{"group": "", "kind": "Secret", "name": gateway.tls_secret}]}}
+    return {**listener, "allowedRoutes": {"namespaces": {"from": "Same"}}}
+
+
+def load_balancer_annotations(gateway: GatewaySpec) -> dict[str, str]:
+    """What the implementation copies onto the load balancer's Service: internal to the VPC, and the ACM certificate
+    when the load balancer terminates TLS."""
+    if gateway.tls.mode != "acm":
+        return dict(INTERNAL_LOAD_BALANCER)
+    assert gateway.tls.certificate_arn is not None
+    return {**INTERNAL_LOAD_BALANCER, ACM_CERTIFICATE_ANNOTATION: gateway.tls.certificate_arn,
+            ACM_PORTS_ANNOTATION: str(gateway.listener_port)}
+
+
+def edge_summary(gateway: GatewaySpec) -> tuple[str, str]:
+    """(transport, authentication) in words, for the plan: which listener the clients reach, and who gets through."""
+    transport = {
+        "secret": f"HTTPS on port {gateway.listener_port}, certificate from Secret {gateway.tls_secret}",
+        "acm": f"HTTPS on port {gateway.listener_port}, terminated by the load balancer with {gateway.tls.certificate_arn}",
+        "none": f"plain HTTP on port {gateway.listener_port} (tls.mode 'none' chosen explicitly)",
+    }[gateway.tls.mode]
+    auth = gateway.auth
+    if gateway.implementation != "istio":
+        return transport, "none: authentication is not rendered on agentgateway, so every request reaches its route"
+    if auth.allow_anonymous:
+        return transport, "none: every request is let through without credentials (auth.allow_anonymous)"
+    if auth.jwt is None or not auth.tenants:
+        return transport, "closed: no tenant is set, so every request is refused"
+    tenants = "; ".join(f"{tenant.name}: {', '.join(tenant.models)}" for tenant in auth.tenants)
+    return transport, f"JWT from {auth.jwt.issuer}, tenant claim {auth.jwt.tenant_claim!r} ({tenants})"
+
+
+def request_authentication_spec(gateway_ref: dict[str, str], jwt: JwtIssuerSpec) -> dict[str, Any]:
+    """Istio RequestAuthentication on the gateway workload: a request with a token that fails verification is
+    rejected, one without a token passes on with no identity (istio.io docs/reference/config/security/
+    request_authentication), which the AuthorizationPolicy then refuses."""
+    return {"targetRefs": [gateway_ref], "jwtRules": [
+        {"issuer": jwt.issuer, "audiences": list(jwt.audiences), "jwksUri": jwt.jwks_uri}]}
+
+
+def authorization_policy_spec(spec: StackSpec, gateway_ref: dict[str, str]) -> dict[str, Any]:
+    """Istio AuthorizationPolicy on the gateway workload, ALLOW: one rule per tenant, a verified token of the issuer
+    with the tenant's claim, for the models it may call (the routing header the HTTPRoutes match, set from the body
+    by body-based routing ahead of Istio's filters). An ALLOW policy denies whatever no rule matches, so with no
+    tenant it allows nothing (istio.io docs/reference/config/security/authorization-policy)."""
+    auth = spec.gateway.auth
+    policy: dict[str, Any] = {"targetRefs": [gateway_ref], "action": "ALLOW"}
+    if auth.jwt is None or not auth.tenants:
+        return policy
+    services = {model.name: model for model in spec.models}
+    rules = []
+    for tenant in auth.tenants:
+        served = [name for model in tenant.models if model in services for name in names.requested_models(services[model])]
+        if not served:   # spec/edge.py tenant_refusals names the missing services; an empty condition matches nothing
+            continue
+        rules.append({
+            "from": [{"source": {"requestPrincipals": [f"{auth.jwt.issuer}/*"]}}],
+            "when": [{"key": f"request.auth.claims[{auth.jwt.tenant_claim}]", "values": [tenant.name]},
+                     {"key": f"request.headers[{MODEL_HEADER.lower()}]", "values": served}],
+        })
+    return {**policy, "rules": rules}
 
 
 @dataclass(frozen=True)
@@ -416,19 +498,15 @@ class InferenceGateway(pulumi.ComponentResource):
             metadata={"name": gateway.name, "namespace": namespace, "labels": pods.object_labels(gateway.name, "gateway")},
             spec={
                 "gatewayClassName": gateway.implementation,
-                "listeners": [
-                    {
-                        "name": "http", "port": gateway.port, "protocol": "HTTP",
-                        "allowedRoutes": {"namespaces": {"from": "Same"}},
-                    }
-                ],
-                "infrastructure": {"annotations": dict(INTERNAL_LOAD_BALANCER)},
+                "listeners": [gateway_listener(gateway)],
+                "infrastructure": {"annotations": load_balancer_annotations(gateway)},
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.gateway_api_crds, controller]),
         )
         if gateway.body_based_routing:
             self._body_based_routing(name, spec, controller, args.depends_on)
         self._request_headers(name, spec, controller, args.depends_on)
+        self._authentication(name, spec, args.depends_on)
 
         crds = {
             GATEWAY_GROUP: self.gateway_api_crds, INFERENCE_GROUP: self.inference_crds, OBJECTIVE_GROUP: self.router_crds,
@@ -494,6 +572,27 @@ class InferenceGateway(pulumi.ComponentResource):
                   "traffic": {"phase": "PreRouting", "transformation": {
                       "request": agentgateway_request_transformation(spec.gateway.body_based_routing)}}},
             opts=opts,
+        )
+
+    def _authentication(self, name: str, spec: StackSpec, depends_on: Sequence[pulumi.Resource]) -> None:
+        """Istio: the token issuer's RequestAuthentication and the tenants' AuthorizationPolicy on the Gateway, so no
+        request reaches a route unauthenticated (agentgateway: not rendered; the spec refuses jwt and tenants there)."""
+        if spec.gateway.implementation != "istio" or spec.gateway.auth.allow_anonymous:
+            return
+        # The Gateway waits for istiod, which waits for istio-base and so for the security CRDs.
+        opts = pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, self.gateway])
+        labels = pods.object_labels(spec.gateway.name, "gateway")
+        gateway_ref = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": spec.gateway.name}
+        if spec.gateway.auth.jwt is not None:
+            CustomResource(
+                f"{name}-jwt", api_version=ISTIO_SECURITY_API_VERSION, kind="RequestAuthentication",
+                metadata={"name": names.gateway_jwt(spec), "namespace": spec.serving_namespace, "labels": labels},
+                spec=request_authentication_spec(gateway_ref, spec.gateway.auth.jwt), opts=opts,
+            )
+        CustomResource(
+            f"{name}-tenants", api_version=ISTIO_SECURITY_API_VERSION, kind="AuthorizationPolicy",
+            metadata={"name": names.gateway_tenants(spec), "namespace": spec.serving_namespace, "labels": labels},
+            spec=authorization_policy_spec(spec, gateway_ref), opts=opts,
         )
 
     def _body_based_routing(

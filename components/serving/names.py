@@ -22,7 +22,8 @@ from inferstack.planning.disaggregation import prefill_name, served_name
 from inferstack.spec.errors import SpecError
 from inferstack.spec import BatchJobSpec, ModelServiceSpec, QueueWorkerSpec, StackSpec
 
-REDIS = "redis"                               # the job queue's Deployment and Service (batch namespace)
+REDIS = "redis"                               # the job queue's Deployment, Service and NetworkPolicy (batch namespace)
+REDIS_AUTH = "redis-auth"                     # the Secret holding the job queue's password
 SERVING_DASHBOARD = "inferstack-serving-dashboard"
 SERVING_ALERTS = "inferstack-serving"
 VLLM_POD_MONITOR = "vllm"
@@ -30,6 +31,7 @@ EPP_POD_MONITOR = "endpoint-picker"
 LWS_SUFFIX = "group"  # a multi-node replica is an LWS "group"; its pods are <lws>-<group>[-<worker>]
 # The body-based-routing chart (GAIE v1.5.0, values `bbr.name`) names its Deployment and Service so.
 BODY_BASED_ROUTER = "body-based-router"
+DEFAULT_DENY = "default-deny-ingress"          # the NetworkPolicy that closes each namespace (serving, batch)
 # A Service name is a DNS-1035 label (Kubernetes apimachinery validation.IsDNS1035Label): it starts with a letter.
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
@@ -97,6 +99,16 @@ class ObjectName:
                              # None for the names the platform always takes
 
 
+def gateway_jwt(spec: StackSpec) -> str:
+    """The gateway's RequestAuthentication: which tokens it verifies."""
+    return f"{spec.gateway.name}-jwt"
+
+
+def gateway_tenants(spec: StackSpec) -> str:
+    """The gateway's ALLOW AuthorizationPolicy: which tenant may call which model service."""
+    return f"{spec.gateway.name}-tenants"
+
+
 def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     """Every named object of the serving and batch namespaces. A service's objects are reserved whether or
     not an optional feature (gateway, autoscaling) is on, so switching one on later cannot start a clash;
@@ -104,12 +116,16 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     serving, batch = spec.serving_namespace, spec.batch_namespace
     for namespace in {serving, batch}:
         yield ObjectName(namespace, "ServiceAccount", MODEL_READER_SERVICE_ACCOUNT, "inferstack")
+        yield ObjectName(namespace, "NetworkPolicy", DEFAULT_DENY, "inferstack")
     yield ObjectName(batch, "ServiceAccount", BATCH_RUNNER_SERVICE_ACCOUNT, "inferstack")
     yield ObjectName(serving, "ConfigMap", SERVING_DASHBOARD, "inferstack")
     yield ObjectName(serving, "PrometheusRule", SERVING_ALERTS, "inferstack")
     for monitor in (VLLM_POD_MONITOR, EPP_POD_MONITOR):
         yield ObjectName(serving, "PodMonitor", monitor, "inferstack")
     yield ObjectName(serving, "Gateway", spec.gateway.name, "inferstack", "gateway.name")
+    # The edge's Istio security objects: the JWT check and the tenants' ALLOW policy (serving/gateway.py).
+    yield ObjectName(serving, "RequestAuthentication", gateway_jwt(spec), "inferstack", "gateway.name")
+    yield ObjectName(serving, "AuthorizationPolicy", gateway_tenants(spec), "inferstack", "gateway.name")
     policy = "EnvoyFilter" if spec.gateway.implementation == "istio" else "AgentgatewayPolicy"
     yield ObjectName(serving, policy, request_headers_policy(spec), "inferstack", "gateway.name")
     if spec.gateway.implementation == "istio":
@@ -120,6 +136,10 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
             yield ObjectName(serving, kind, proxy, "Istio's gateway deployment", "gateway.name")
         for kind in ("Deployment", "Service"):
             yield ObjectName(serving, kind, BODY_BASED_ROUTER, "the body-based-routing chart")
+        yield ObjectName(serving, "NetworkPolicy", BODY_BASED_ROUTER, "inferstack")
+    # The gateway proxies' NetworkPolicy, named like the proxies' Deployment.
+    yield ObjectName(serving, "NetworkPolicy", f"{spec.gateway.name}-{spec.gateway.implementation}", "inferstack",
+                     "gateway.name")
     for i, model in enumerate(spec.models):
         path = f"models[{i}].name"
         ours = f"model service {model.name!r}"
@@ -128,7 +148,7 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
         headless = lws_headless_service(model)
         if headless is not None:
             yield ObjectName(serving, "Service", headless, f"the LeaderWorkerSet controller for {ours}", path)
-        for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "HTTPRoute"):
+        for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "HTTPRoute", "NetworkPolicy"):
             yield ObjectName(serving, kind, client_service(model), ours, path)
         # One objective per requested model; a name repeated within the service is the LoRA check's to refuse.
         for objective in dict.fromkeys(requested_models(model)):
@@ -136,18 +156,19 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
             yield ObjectName(serving, "InferenceObjective", objective, ours, where)
         yield ObjectName(serving, "ConfigMap", prefetch_config_map(model.name), ours, path)
         picker = f"the endpoint picker of {ours}"
-        for kind in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"):
+        for kind in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "NetworkPolicy"):
             yield ObjectName(serving, kind, endpoint_picker(model), picker, path)
         if model.disaggregation is not None:
             # The decode sidecars' SSRF allowlist: an InferencePool of the prefill pods and the Role that reads it.
             for kind in ("InferencePool", "Role", "RoleBinding"):
                 yield ObjectName(serving, kind, prefill_name(model.name), ours, path)
     if spec.workers:
-        for kind in ("Deployment", "Service"):
+        for kind in ("Deployment", "Service", "NetworkPolicy"):
             yield ObjectName(batch, kind, REDIS, "the job queue (Redis)")
+        yield ObjectName(batch, "Secret", REDIS_AUTH, "the job queue's password")
     for i, worker in enumerate(spec.workers):
         path, ours = f"workers[{i}].name", f"worker {worker.name!r}"
-        for kind in ("Deployment", "ScaledObject"):
+        for kind in ("Deployment", "ScaledObject", "TriggerAuthentication"):
             yield ObjectName(batch, kind, worker.name, ours, path)
         yield ObjectName(batch, "ConfigMap", worker_program(worker), ours, path)
     for i, job in enumerate(spec.batch_jobs):

@@ -18,6 +18,7 @@ from inferstack.serving import pods
 from inferstack.serving.autoscaling import ModelAutoscaler, ModelAutoscalerArgs, needs_scaler
 from inferstack.serving.gateway import InferenceGateway, InferenceGatewayArgs
 from inferstack.serving.model_service import ModelService, ModelServiceArgs
+from inferstack.serving.network_policies import NetworkIsolation, NetworkIsolationArgs
 from inferstack.serving.workers import BatchJob, BatchJobArgs, JobQueue, JobQueueArgs, QueueWorker, QueueWorkerArgs
 from inferstack.spec import StackSpec
 
@@ -55,6 +56,13 @@ class Serving(pulumi.ComponentResource):
         namespace = {role: [args.namespaces[role]] if role in args.namespaces else [] for role in ("serving", "batch")}
         readers = self._service_accounts(name, spec, namespace)
         kueue = needs("kueue") if spec.queues.enabled else []
+        NetworkIsolation(
+            f"{name}-network",
+            NetworkIsolationArgs(
+                spec=spec, namespaces={spec.serving_namespace: namespace["serving"], spec.batch_namespace: namespace["batch"]}
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
         self.model_services = {}
         # Before the services: a decode role's routing sidecar reads an InferencePool, whose CRD the gateway installs.

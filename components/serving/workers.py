@@ -1,9 +1,13 @@
 """Queue-fed workers and batch inference Jobs.
 
-* `JobQueue`: one Redis (Deployment + Service) holding the job lists, in the batch namespace.
-* `QueueWorker`: per worker spec, a Deployment running a small stdlib-only Python worker (rendered
-  from `templates/serving-worker.py.j2`, mounted from a ConfigMap) that pops jobs and calls its model
-  service's OpenAI endpoint; KEDA scales it on the list's length.
+* `JobQueue`: one Redis (Deployment + Service) holding the job lists, in the batch namespace. It requires a
+  password the stack generates (pulumi_random) into the Secret `redis-auth`; its NetworkPolicy admits only
+  the queue workers, producers (pods labelled `inferstack.io/queue-producer: "true"` in the batch namespace)
+  and the KEDA operator.
+* `QueueWorker`: per worker spec, a Deployment running a small stdlib-only Python worker (rendered from
+  `templates/serving-worker.py.j2`, mounted from a ConfigMap) that pops jobs with the password from that
+  Secret and calls its model service's OpenAI endpoint; KEDA scales it on the list's length, reading the
+  password through the worker's TriggerAuthentication.
 * `BatchJob`: per batch job spec, an Indexed Job admitted by Kueue (created suspended, in the batch
   LocalQueue at batch priority) on the job's pool, preferring spot: each index pre-fetches the
   weights, takes its shard of the input, runs `vllm run-batch` and uploads its part of the results.
@@ -27,9 +31,11 @@ import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apps.v1 import Deployment
 from pulumi_kubernetes.batch.v1 import CronJob, Job
-from pulumi_kubernetes.core.v1 import ConfigMap, Service
+from pulumi_kubernetes.core.v1 import ConfigMap, Secret, Service
+from pulumi_kubernetes.networking.v1 import NetworkPolicy
+from pulumi_random import RandomPassword
 
-from inferstack.catalog.charts import IMAGES
+from inferstack.catalog.charts import IMAGES, chart
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, KARPENTER_DO_NOT_DISRUPT
 from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.serving import names, pods
@@ -44,6 +50,12 @@ from inferstack.spec import BatchJobSpec, QueueWorkerSpec, StackSpec
 REDIS_NAME = names.REDIS
 REDIS_PORT = 6379
 REDIS_UID = 999  # the redis user of the official image
+REDIS_AUTH = names.REDIS_AUTH    # the Secret holding the password
+REDIS_PASSWORD_KEY = "password"  # its key; also the KEDA redis scaler's auth parameter of that name
+REDIS_PASSWORD_ENV = "REDIS_PASSWORD"
+REDIS_PASSWORD_LENGTH = 40       # letters and digits: ~238 bits, and nothing a redis:// URL must escape
+QUEUE_PRODUCER_LABEL = "inferstack.io/queue-producer"  # "true" on a batch-namespace pod that may push jobs
+KEDA_OPERATOR_LABELS = {"app": "keda-operator"}        # the chart's operator pods (values operator.name)
 WORKER_UID = 65534
 WORKER_REQUEST_TIMEOUT_SECONDS = 300
 WORKER_MAX_ATTEMPTS = 3
@@ -61,6 +73,48 @@ def _template(name: str) -> jinja2.Template:
 
 def redis_address(spec: StackSpec) -> str:
     return f"{REDIS_NAME}.{spec.batch_namespace}.svc.cluster.local:{REDIS_PORT}"
+
+
+def redis_password_from_secret(variable: str = REDIS_PASSWORD_ENV) -> dict[str, Any]:
+    """A container env entry holding the queue's password, read from its Secret."""
+    return {"name": variable, "valueFrom": {"secretKeyRef": {"name": REDIS_AUTH, "key": REDIS_PASSWORD_KEY}}}
+
+
+def redis_server_command() -> list[str]:
+    """redis-server with the password of the default user from the container's env (kubelet expands
+    `$(VAR)` in command; Redis shows no arguments in its process title). Protected mode stays on: should
+    the password ever be missing, Redis refuses every client that is not local."""
+    return [
+        "redis-server", "--dir", "/data", "--appendonly", "yes", "--save", "",
+        "--requirepass", f"$({REDIS_PASSWORD_ENV})",
+        "--maxmemory", "384mb", "--maxmemory-policy", "noeviction",
+    ]
+
+
+def redis_network_policy_spec() -> dict[str, Any]:
+    """Ingress to Redis: its port, from the queue workers, labelled producers and the KEDA operator only."""
+    return {
+        "podSelector": {"matchLabels": pods.selector_labels(REDIS_NAME, "queue")},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "queue-worker", **pods.PART_OF}}},
+                    {"podSelector": {"matchLabels": {QUEUE_PRODUCER_LABEL: "true"}}},
+                    {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": chart("keda").namespace}},
+                        "podSelector": {"matchLabels": dict(KEDA_OPERATOR_LABELS)},
+                    },
+                ],
+                "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
+            }
+        ],
+    }
+
+
+def trigger_authentication_spec() -> dict[str, Any]:
+    """The KEDA redis scaler's `password` auth parameter, from the queue's Secret."""
+    return {"secretTargetRef": [{"parameter": REDIS_PASSWORD_KEY, "name": REDIS_AUTH, "key": REDIS_PASSWORD_KEY}]}
 
 
 def model_url(spec: StackSpec, service: str) -> str:
@@ -84,6 +138,7 @@ def render_worker(spec: StackSpec, worker: QueueWorkerSpec, *, redis_host: str |
         list_name=jobs,
         results_list=results,
         failed_list=failed,
+        password_env=REDIS_PASSWORD_ENV,
         model_url=url or model_url(spec, worker.model_service),
         served_model=worker.model_service,
         request_timeout_seconds=WORKER_REQUEST_TIMEOUT_SECONDS,
@@ -118,7 +173,8 @@ class JobQueueArgs:
 
 class JobQueue(pulumi.ComponentResource):
     """Redis for the job lists. Append-only persistence on an emptyDir survives container restarts,
-    not a rescheduled pod; `noeviction` makes pushes fail rather than drop queued jobs when full."""
+    not a rescheduled pod; `noeviction` makes pushes fail rather than drop queued jobs when full.
+    Every client authenticates with the generated password; the network admits only the queue's clients."""
 
     def __init__(self, name: str, args: JobQueueArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:serving:JobQueue", name, None, opts)
@@ -127,8 +183,25 @@ class JobQueue(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
 
         def probe(delay: int) -> dict[str, Any]:
+            """redis-cli authenticates with REDISCLI_AUTH from the container's env."""
             return {"exec": {"command": ["redis-cli", "ping"]}, "initialDelaySeconds": delay, "periodSeconds": 10}
 
+        password = RandomPassword(
+            f"{name}-redis-password", length=REDIS_PASSWORD_LENGTH, special=False, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.secret = Secret(
+            f"{name}-redis-auth",
+            metadata={"name": REDIS_AUTH, "namespace": namespace, "labels": labels},
+            type="Opaque",
+            string_data={REDIS_PASSWORD_KEY: password.result},
+            opts=child,
+        )
+        self.network_policy = NetworkPolicy(
+            f"{name}-redis-network-policy",
+            metadata={"name": REDIS_NAME, "namespace": namespace, "labels": labels},
+            spec=redis_network_policy_spec(),
+            opts=child,
+        )
         self.deployment = Deployment(
             f"{name}-redis",
             metadata={"name": REDIS_NAME, "namespace": namespace, "labels": labels},
@@ -149,10 +222,8 @@ class JobQueue(pulumi.ComponentResource):
                             {
                                 "name": "redis",
                                 "image": IMAGES["redis"],
-                                "command": [
-                                    "redis-server", "--dir", "/data", "--appendonly", "yes", "--save", "",
-                                    "--protected-mode", "no", "--maxmemory", "384mb", "--maxmemory-policy", "noeviction",
-                                ],
+                                "command": redis_server_command(),
+                                "env": [redis_password_from_secret(), redis_password_from_secret("REDISCLI_AUTH")],
                                 "ports": [{"name": "redis", "containerPort": REDIS_PORT, "protocol": "TCP"}],
                                 "readinessProbe": probe(5),
                                 "livenessProbe": probe(15),
@@ -168,7 +239,7 @@ class JobQueue(pulumi.ComponentResource):
                     },
                 },
             },
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.secret])),
         )
         self.service = Service(
             f"{name}-redis-service",
@@ -214,13 +285,15 @@ def worker_scaled_object_spec(spec: StackSpec, worker: QueueWorkerSpec) -> dict[
                     "activationListLength": "0",
                     "databaseIndex": "0",
                 },
+                "authenticationRef": {"name": worker.name},
             }
         ],
     }
 
 
 class QueueWorker(pulumi.ComponentResource):
-    """A worker Deployment fed from Redis and its KEDA ScaledObject on the list length."""
+    """A worker Deployment fed from Redis and its KEDA ScaledObject on the list length (KEDA reads the queue's
+    password through the worker's TriggerAuthentication)."""
 
     def __init__(self, name: str, args: QueueWorkerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("inferstack:serving:QueueWorker", name, None, opts)
@@ -258,6 +331,7 @@ class QueueWorker(pulumi.ComponentResource):
                                 "env": [
                                     {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
                                     {"name": "PYTHONUNBUFFERED", "value": "1"},
+                                    redis_password_from_secret(),
                                 ],
                                 "resources": {
                                     "requests": {"cpu": "100m", "memory": "128Mi"},
@@ -273,8 +347,19 @@ class QueueWorker(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions.merge(
                 child,
-                pulumi.ResourceOptions(depends_on=[program, args.queue.service], ignore_changes=["spec.replicas"]),
+                pulumi.ResourceOptions(
+                    depends_on=[program, args.queue.service, args.queue.secret], ignore_changes=["spec.replicas"]
+                ),
             ),
+        )
+        self.trigger_authentication = CustomResource(
+            f"{name}-trigger-authentication",
+            api_version=KEDA_API_VERSION,
+            kind="TriggerAuthentication",
+            metadata={"name": worker.name, "namespace": namespace, "labels": labels},
+            spec=trigger_authentication_spec(),
+            # KEDA resolves the Secret and this object when it scales (its webhook checks neither): no wait for them.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *args.keda]),
         )
         self.scaled_object = CustomResource(
             f"{name}-scaledobject",

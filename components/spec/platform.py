@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from inferstack.spec.base import Model, Name
+from inferstack.spec.edge import EdgeAuthSpec, EdgeTlsSpec
 from inferstack.spec.prices import StatedPrice
 
 class GatewaySpec(Model):
@@ -18,7 +19,18 @@ class GatewaySpec(Model):
         description="Gateway implementation (with its GatewayClass) that routes to InferencePools. Defaults to istio.",
     )
     name: Name = Field("inference-gateway", description="Gateway name. Defaults to 'inference-gateway'.")
-    port: int = Field(80, ge=1, le=65535, description="HTTP listener port. Defaults to 80.")
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Listener port. Defaults to 443 with TLS, 80 with tls.mode 'none'."
+    )
+    tls: EdgeTlsSpec = Field(
+        default_factory=EdgeTlsSpec,
+        description="TLS at the listener. Defaults to HTTPS with the Kubernetes Secret '<name>-tls'.",
+    )
+    auth: EdgeAuthSpec = Field(
+        default_factory=EdgeAuthSpec,
+        description="Authentication and per-tenant model access before routing. Defaults to closed: every request "
+        "refused until a JWT issuer and tenants are set.",
+    )
     body_based_routing: bool = Field(
         True, description="Route by the request body's `model` field. Defaults to true."
     )
@@ -26,6 +38,25 @@ class GatewaySpec(Model):
         True, description="Endpoint picker scores pods by prefix-cache affinity. Defaults to true."
     )
     request_timeout_seconds: int = Field(300, ge=1, description="Route request timeout. Defaults to 300.")
+
+    @model_validator(mode="after")
+    def _authentication_is_rendered_for_istio(self) -> "GatewaySpec":
+        """Tokens are verified by Istio's RequestAuthentication; agentgateway's own policy objects are not rendered."""
+        if self.implementation == "agentgateway" and (self.auth.jwt is not None or self.auth.tenants):
+            raise ValueError("auth.jwt and auth.tenants are rendered for the istio gateway only. To fix: set "
+                             "implementation to 'istio', or drop auth.jwt and auth.tenants")
+        return self
+
+    @property
+    def listener_port(self) -> int:
+        if self.port is not None:
+            return self.port
+        return 443 if self.tls.encrypted else 80
+
+    @property
+    def tls_secret(self) -> str:
+        """The TLS Secret the listener serves with mode 'secret'."""
+        return self.tls.secret_name or f"{self.name}-tls"
 
 
 class WeightsStoreSpec(Model):

@@ -1,0 +1,135 @@
+"""The inference gateway's edge: TLS on every listener, and no route reachable without authentication.
+
+* HTTPS listener: each Gateway listener is HTTPS with a certificate (Gateway API v1.6.1 GatewayTLSConfig: mode
+  Terminate with certificateRefs), or an HTTP listener behind a load balancer that terminates TLS with an ACM
+  certificate on its port (AWS Load Balancer Controller annotations ssl-cert and ssl-ports on the Gateway's
+  infrastructure, which the implementation copies onto its Service).
+* Authentication in front of every route: every HTTPRoute's Gateway has an Istio ALLOW AuthorizationPolicy and no
+  rule of any ALLOW policy on it lets a request through without a verified token (a `requestPrincipals` source),
+  so a request without credentials matches no rule and is denied (istio.io docs/reference/config/security/
+  authorization-policy: with any ALLOW policy on a workload, a request no ALLOW policy matches is denied); a rule that
+  asks for a token needs a RequestAuthentication on the same Gateway, without which nothing verifies one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import (
+    EnforcementLevel, PolicyResource, ReportViolation, StackValidationArgs, StackValidationPolicy,
+)
+
+from inferstack.policies.props import dig, items, mapping, number, string_map, text
+from inferstack.policies.workloads import kind_of
+from inferstack.spec.edge import ACM_CERTIFICATE_ANNOTATION, ACM_PORTS_ANNOTATION
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+ISTIO_SECURITY_GROUP = "security.istio.io"
+
+
+def _of(resources: Sequence[PolicyResource], group: str, kind: str) -> list[PolicyResource]:
+    return [r for r in resources if kind_of(r.resource_type) == kind and r.resource_type.startswith(f"kubernetes:{group}/")]
+
+
+def _object(resource: PolicyResource) -> tuple[str, str]:
+    metadata = mapping(resource.props.get("metadata"))
+    return text(metadata.get("namespace"), "default"), text(metadata.get("name"), resource.name)
+
+
+def _targets_gateway(policy: PolicyResource, namespace: str, gateway: str) -> bool:
+    refs = items(dig(policy.props, "spec", "targetRefs"))
+    return _object(policy)[0] == namespace and any(
+        text(mapping(ref).get("kind")) == "Gateway" and text(mapping(ref).get("name")) == gateway for ref in refs
+    )
+
+
+def listener_problem(listener: Mapping[str, Any], annotations: Mapping[str, str]) -> str | None:
+    """Why a Gateway listener serves clients in the clear, or None."""
+    protocol = text(listener.get("protocol"))
+    port = f"{number(listener.get('port')) or 0:.0f}"
+    if protocol == "HTTPS":
+        tls = mapping(listener.get("tls"))
+        if text(tls.get("mode"), "Terminate") != "Terminate" or not items(tls.get("certificateRefs")):
+            return "is HTTPS without a certificate to terminate with (tls.mode Terminate, tls.certificateRefs)"
+        return None
+    acm_ports = [p.strip() for p in annotations.get(ACM_PORTS_ANNOTATION, "").split(",")]
+    if annotations.get(ACM_CERTIFICATE_ANNOTATION) and port in acm_ports:
+        return None
+    return f"serves {protocol or 'an unknown protocol'} on port {port} and no load balancer certificate covers it"
+
+
+def _validate_listeners(args: StackValidationArgs, report: ReportViolation) -> None:
+    for gateway in _of(args.resources, GATEWAY_GROUP, "Gateway"):
+        namespace, name = _object(gateway)
+        annotations = string_map(dig(gateway.props, "spec", "infrastructure", "annotations"))
+        for listener in items(dig(gateway.props, "spec", "listeners")):
+            problem = listener_problem(mapping(listener), annotations)
+            if problem:
+                report(
+                    f"Gateway {namespace}/{name} listener {text(mapping(listener).get('name'), '?')!r} {problem}. "
+                    "To fix: set gateway.tls.mode to 'secret' (a TLS Secret) or 'acm' (an ACM certificate); "
+                    "tls.mode 'none' fails this rule on purpose.",
+                    gateway.urn,
+                )
+
+
+def unauthenticated_rule(rule: Mapping[str, Any]) -> bool:
+    """Whether an ALLOW rule can match a request that carries no verified token: a rule without `from`, or with a
+    source that asks for no request principal, matches requests without one."""
+    sources = [mapping(mapping(entry).get("source")) for entry in items(rule.get("from"))]
+    return not sources or any(not items(source.get("requestPrincipals")) for source in sources)
+
+
+def _validate_routes(args: StackValidationArgs, report: ReportViolation) -> None:
+    authorizations = _of(args.resources, ISTIO_SECURITY_GROUP, "AuthorizationPolicy")
+    authentications = _of(args.resources, ISTIO_SECURITY_GROUP, "RequestAuthentication")
+    gateways = {_object(g) for g in _of(args.resources, GATEWAY_GROUP, "Gateway")}
+    for route in _of(args.resources, GATEWAY_GROUP, "HTTPRoute"):
+        namespace, name = _object(route)
+        for parent in items(dig(route.props, "spec", "parentRefs")):
+            gateway = text(mapping(parent).get("name"))
+            key = (text(mapping(parent).get("namespace"), namespace), gateway)
+            if key not in gateways:
+                continue
+            problem = _gateway_problem(key, authorizations, authentications)
+            if problem:
+                report(
+                    f"HTTPRoute {namespace}/{name} on Gateway {key[0]}/{gateway}: {problem}. To fix: on the istio "
+                    "gateway set gateway.auth.jwt and gateway.auth.tenants (or leave auth closed; agentgateway's "
+                    "authentication is not rendered); auth.allow_anonymous fails this rule on purpose.",
+                    route.urn,
+                )
+
+
+def _gateway_problem(
+    gateway: tuple[str, str], authorizations: Sequence[PolicyResource], authentications: Sequence[PolicyResource]
+) -> str | None:
+    """Why requests without credentials can reach the Gateway's routes, or None."""
+    allows = [p for p in authorizations if _targets_gateway(p, *gateway)
+              and text(dig(p.props, "spec", "action"), "ALLOW") == "ALLOW"]
+    if not allows:
+        return "no ALLOW AuthorizationPolicy targets the Gateway, so Istio lets every request through"
+    open_rules = [f"{_object(p)[1]} rules[{i}]" for p in allows
+                  for i, rule in enumerate(items(dig(p.props, "spec", "rules"))) if unauthenticated_rule(mapping(rule))]
+    if open_rules:
+        return f"{', '.join(open_rules)} allow requests without a verified token (no requestPrincipals)"
+    asks_for_tokens = any(items(dig(p.props, "spec", "rules")) for p in allows)
+    if asks_for_tokens and not any(_targets_gateway(a, *gateway) for a in authentications):
+        return "its AuthorizationPolicy asks for request principals and no RequestAuthentication verifies tokens"
+    return None
+
+
+https_listener = StackValidationPolicy(
+    name="https-listener",
+    description="Every Gateway listener terminates TLS, itself (HTTPS with a certificate) or at an ACM load balancer.",
+    validate=_validate_listeners,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
+
+authenticated_routes = StackValidationPolicy(
+    name="authenticated-routes",
+    description="Every HTTPRoute's Gateway refuses requests without a verified token (Istio AuthorizationPolicy).",
+    validate=_validate_routes,
+    enforcement_level=EnforcementLevel.MANDATORY,
+)
