@@ -28,7 +28,7 @@ from inferstack.catalog.measurements import MEASUREMENTS, Measurement
 from inferstack.planning.engine_step import step_time
 from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.quantization import served_format
-from inferstack.planning.service_performance import engine_for
+from inferstack.planning.service_performance import ServiceEstimate, engine_for
 from inferstack.spec import ModelServiceSpec, NodePoolSpec
 from inferstack.spec.pools import PoolHardware
 
@@ -215,22 +215,22 @@ def comparisons() -> tuple[Comparison, ...]:
     return tuple(compare(point) for point in MEASUREMENTS)
 
 
-def in_sample() -> Accuracy:
-    """The error on the constants fitted to every counted point: reported beside the out-of-sample figure."""
-    rows = [row for row in comparisons() if counted(row.measurement)]
+def _accuracy_of(rows: Iterable[Comparison]) -> Accuracy:
+    rows = list(rows)
     return summarize(
         {row.measurement.id: row.ratio for row in rows},
         {row.measurement.id: row.latency_ratio for row in rows if row.latency_ratio is not None},
     )
+
+
+def in_sample() -> Accuracy:
+    """The error on the constants fitted to every counted point: reported beside the out-of-sample figure."""
+    return _accuracy_of(row for row in comparisons() if counted(row.measurement))
 
 
 def other_engines() -> Accuracy:
     """The vLLM model against TensorRT-LLM, NIM and SGLang runs: another engine family, never fitted."""
-    rows = [row for row in comparisons() if row.measurement.engine_family != VLLM]
-    return summarize(
-        {row.measurement.id: row.ratio for row in rows},
-        {row.measurement.id: row.latency_ratio for row in rows if row.latency_ratio is not None},
-    )
+    return _accuracy_of(row for row in comparisons() if row.measurement.engine_family != VLLM)
 
 
 # ------------------------------------------------------------------------------------- out of sample
@@ -287,10 +287,7 @@ class OutOfSample:
         )
 
     def by_architecture(self) -> dict[str, Accuracy]:
-        classes = point_classes()
-        return {
-            kind: self.over(i for i in self.ratios if classes[i].architecture == kind) for kind in ("dense", "MoE")
-        }
+        return {kind: self.over(ids) for kind, ids in by_architecture(self.ratios).items()}
 
     def stated(self) -> str:
         """The accuracy the plan prints beside every throughput and $/1M figure."""
@@ -320,6 +317,13 @@ def point_classes() -> dict[str, PointClass]:
     return {row.measurement.id: class_of(row) for row in comparisons() if counted(row.measurement)}
 
 
+def by_architecture(point_ids: Iterable[str]) -> dict[str, list[str]]:
+    """Counted point ids split into dense and MoE."""
+    classes = point_classes()
+    ids = list(point_ids)
+    return {kind: [i for i in ids if classes[i].architecture == kind] for kind in ("dense", "MoE")}
+
+
 @dataclass(frozen=True)
 class Confidence:
     """The out-of-sample error of the table points nearest a service: same class, widened until enough."""
@@ -347,11 +351,11 @@ def confidence(wanted: PointClass) -> Confidence:
     return Confidence("all vLLM points", stored.over(stored.ratios))
 
 
-def service_confidence(model: ModelServiceSpec, hardware: PoolHardware, at_traffic: LoadPoint) -> Confidence:
-    """How sure the plan is of a service's figures at its stated traffic (`at_traffic`, one whole replica)."""
-    engine = engine_for(model, hardware)
-    traffic = model.traffic
-    workload = Workload(traffic.mean_input_tokens, traffic.mean_output_tokens, traffic.shared_prefix_tokens)
-    admitted, _ = admission_limit(engine, workload)
-    running = at_traffic.running / model.data_parallel
-    return confidence(point_class(model, hardware.gpu.name, running, at_traffic.limit, admitted))
+def service_confidence(model: ModelServiceSpec, hardware: PoolHardware, estimate: ServiceEstimate) -> Confidence:
+    """How sure the plan is of a service's figures at its stated traffic: the class of one engine at that load,
+    out of the sequences it admits (its full load)."""
+    ranks = model.data_parallel
+    at_traffic = estimate.at_traffic
+    return confidence(point_class(
+        model, hardware.gpu.name, at_traffic.running / ranks, at_traffic.limit, estimate.full_load.running / ranks
+    ))

@@ -27,7 +27,7 @@ from typing import Callable
 
 from inferstack.catalog.measurements import MEASUREMENTS, Measurement
 from inferstack.catalog.moe_kernels import MOE_FAMILIES
-from inferstack.planning.accuracy import compare, counted, engine_of, point_classes, summarize
+from inferstack.planning.accuracy import by_architecture, compare, counted, engine_of, summarize
 from inferstack.planning.engine_step import STATED, StepConstants
 from inferstack.planning.load import Engine
 
@@ -124,12 +124,13 @@ def log_ratios(constants: StepConstants, points: Points) -> list[float]:
     return [math.log(compare(point, replace(engine, constants=constants)).ratio) for point, engine in points]
 
 
+def soft_l1(ratios: list[float]) -> float:
+    """The robust loss of log ratios: quadratic near 0, linear past SOFT_L1_SCALE."""
+    return sum(2 * SOFT_L1_SCALE**2 * (math.sqrt(1 + (r / SOFT_L1_SCALE) ** 2) - 1) for r in ratios) / len(ratios)
+
+
 def loss(constants: StepConstants, points: Points) -> float:
-    total = 0.0
-    ratios = log_ratios(constants, points)
-    for r in ratios:
-        total += 2 * SOFT_L1_SCALE**2 * (math.sqrt(1 + (r / SOFT_L1_SCALE) ** 2) - 1)
-    return total / len(ratios)
+    return soft_l1(log_ratios(constants, points))
 
 
 def _upper(parameter: Parameter) -> float:
@@ -177,10 +178,10 @@ def refit(points: Points, start: StepConstants = STATED, iterations: int = 40) -
     logs = [math.log(p.read(start)) for p in parameters]
     ceilings = [math.log(_upper(p)) for p in parameters]
     floors = [value - math.log(1e6) for value in logs]
+    base = log_ratios(_at(parameters, start, logs), points)
     best = loss(start, points)
     damping = 1e-2
     for _ in range(iterations):
-        base = log_ratios(_at(parameters, start, logs), points)
         weights = _weights(base)
         columns = []
         for j in range(len(parameters)):
@@ -197,10 +198,11 @@ def refit(points: Points, start: StepConstants = STATED, iterations: int = 40) -
             # A step moves no constant more than e-fold, and none below a millionth of where the fit began.
             trial = [min(c, max(floor, value + max(-1.0, min(1.0, d))))
                      for value, d, c, floor in zip(logs, delta, ceilings, floors)]
-            trial_loss = loss(_at(parameters, start, trial), points)
+            trial_ratios = log_ratios(_at(parameters, start, trial), points)
+            trial_loss = soft_l1(trial_ratios)
             if trial_loss < best:
                 improvement = best - trial_loss
-                logs, best, damping, improved = trial, trial_loss, max(damping / 3, 1e-6), True
+                logs, base, best, damping, improved = trial, trial_ratios, trial_loss, max(damping / 3, 1e-6), True
                 break
             damping *= 4
         if not improved or improvement < 1e-7:
@@ -260,11 +262,9 @@ def _summary(ratios: dict[str, float]) -> str:
 
 
 def _by_class(ratios: dict[str, float]) -> None:
-    classes = point_classes()
-    for kind in ("dense", "MoE"):
-        part = {i: r for i, r in ratios.items() if classes[i].architecture == kind}
-        if part:
-            print(f"    {kind:5s}: {_summary(part)}")
+    for kind, ids in by_architecture(ratios).items():
+        if ids:
+            print(f"    {kind:5s}: {_summary({i: ratios[i] for i in ids})}")
 
 
 def main(argv: list[str] | None = None) -> int:

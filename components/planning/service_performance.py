@@ -73,15 +73,20 @@ def device_for(model: ModelServiceSpec, hardware: PoolHardware) -> Device:
     )
 
 
-def decode_attention_flops(model: ModelServiceSpec, layers: int) -> float:
-    """FLOPs one decoding token spends per token of context on one device (DECODE_ATTENTION): MLA scores every
-    query head over the latent and the RoPE key and sums over the latent; GQA/MHA 2 x head_dim for the scores and
-    as many for the sum, per query head."""
+def attention_flops(model: ModelServiceSpec, layers: int) -> float:
+    """FLOPs a token spends per token of context on one device in (GQA/MHA) attention: 2 x head_dim for the scores
+    and as many for the sum, per query head of the device."""
     arch = model.resolved_architecture
-    heads = arch.attention_heads / model.tensor_parallel
+    return 4 * layers * arch.attention_heads / model.tensor_parallel * arch.head_dim
+
+
+def decode_attention_flops(model: ModelServiceSpec, layers: int) -> float:
+    """The same for a decoding token (DECODE_ATTENTION): MLA scores every query head over the latent and the RoPE
+    key and sums over the latent; GQA/MHA as in prompt attention."""
+    arch = model.resolved_architecture
     if arch.attention == "mla":
-        return 2 * layers * heads * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
-    return 4 * layers * heads * arch.head_dim
+        return 2 * layers * arch.attention_heads / model.tensor_parallel * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+    return attention_flops(model, layers)
 
 
 def routed_experts(model: ModelServiceSpec, hardware: PoolHardware) -> RoutedExperts | None:
@@ -131,7 +136,7 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
         # check reserves on top of it (sizing.kv_bytes_per_token_per_device with no pool).
         kv_bytes_per_token=kv_bytes_per_token_per_device(model),
         linear_flops_per_token=2 * (active - routed_active) / (tp * pp),
-        attention_flops_per_token_and_context=4 * layers * arch.attention_heads * arch.head_dim / tp,
+        attention_flops_per_token_and_context=attention_flops(model, layers),
         kernel=KERNELS[dense_kernel_family(model, hardware.gpu)],
         layers=layers,
         hidden_size=arch.hidden_size,

@@ -363,7 +363,7 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
                 **row,
                 "at_traffic": _load_figures(estimate.at_traffic),
                 "full_load": _load_figures(estimate.full_load),
-                "confidence": _confidence(service_confidence(model, hardware, estimate.at_traffic)),
+                "confidence": _confidence(service_confidence(model, hardware, estimate)),
                 "traffic_tokens_per_second": round(estimate.traffic_output_tokens_per_second, 1),
                 "replicas_for_traffic": estimate.replicas_for_traffic,
                 "replicas_for_slo": estimate.replicas_for_slo,
