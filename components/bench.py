@@ -9,10 +9,11 @@ Every measurement runs in a fresh interpreter, so import time and memory are rea
   `CustomResource` / `ComponentResource` calls under the same mock engine: the cost of Pulumi
   itself, with none of inferstack's logic.
 
-It prints one JSON line per stack, one for the growth with the number of services and one for the
-fixed model mix's placements (planner, exhaustive optimum, one model per whole GPU), one for the
-planner alone over 200 services, then the throughput model against each published measurement
-(modelled / measured) and its stated accuracy.
+It prints one JSON line per stack, one for `inferstack simulate prod` over a day at 1-second resolution (case
+`simulate`, timed in this process after its imports), one for the growth with the number of services and one for the fixed model
+mix's placements (planner, exhaustive optimum, one model per whole GPU), one for the planner alone over 200
+services, then the throughput model against each published measurement (modelled / measured) and its stated
+accuracy.
 Only the standard library is imported at module level: the children time their own imports.
 """
 
@@ -36,8 +37,11 @@ LARGEST_TARGET_SECONDS = 15.0  # the 200-service plan, on a 2-core machine
 # between 10 and 50 (headroom for timing noise; quadratic growth would show ~4x).
 GROWTH_TOLERANCE = 1.25
 PLACEMENT_TARGET_SECONDS = 1.0  # the free-form planner over 200 services, CPU time
+SIMULATE_TARGET_SECONDS = 30.0  # `inferstack simulate prod` over 24 hours at 1-second resolution, on 2 cores
+SIMULATE_TRACE = "prod-day.csv"  # the shipped 5-minute day, interpolated to every second
 GENERATED_SIZES = (10, 50, 200)
-CASES = ("dev", "prod", *(f"generated-{n}" for n in GENERATED_SIZES))
+SIMULATE_CASE = "simulate"
+CASES = ("dev", "prod", *(f"generated-{n}" for n in GENERATED_SIZES), SIMULATE_CASE)
 PEAK_SOURCE = "peak RSS of the child process (getrusage ru_maxrss)"
 PROVIDER_PACKAGES = ("pulumi", "pulumi_aws", "pulumi_kubernetes")
 
@@ -415,6 +419,56 @@ def placement_scale_line() -> dict[str, Any]:
     }
 
 
+def one_second_day(shipped: Path, folder: Path) -> Path:
+    """The shipped trace at 1-second resolution: each service's rate interpolated linearly between its rows."""
+    import csv
+
+    with shipped.open(encoding="utf-8") as source:
+        rows = list(csv.DictReader(source))
+    header = list(rows[0])
+    by_service: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        by_service.setdefault(row["service"], []).append(row)
+    end = max(int(r["time_s"]) for r in rows) + 300
+    lines = [",".join(header)]
+    for service, points in by_service.items():
+        points = [*points, {**points[-1], "time_s": str(end)}]
+        for here, after in zip(points, points[1:]):
+            start, stop = int(here["time_s"]), int(after["time_s"])
+            low, high = float(here["requests_per_second"]), float(after["requests_per_second"])
+            tokens = [here[name] for name in header[3:]]
+            for t in range(start, stop):
+                rate = low + (high - low) * (t - start) / (stop - start)
+                lines.append(",".join([str(t), service, f"{rate:.4f}", *tokens]))
+    path = folder / "prod-day-1s.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def simulation_line(stacks_dir: Path, work: Path) -> dict[str, Any]:
+    """`inferstack simulate prod` over a 24-hour trace at 1-second resolution: the trace read and the replay (the
+    recommendation's re-simulations aside), wall time."""
+    from inferstack.presentation import simulation_report
+    from inferstack.stacks import load_validated
+
+    validated = load_validated(stacks_dir, "prod")
+    trace_path = one_second_day(stacks_dir / "traces" / SIMULATE_TRACE, work)
+    started = time.perf_counter()
+    trace = simulation_report.read_trace(trace_path, validated)
+    result = simulation_report.run(validated, trace)
+    seconds = time.perf_counter() - started
+    return {
+        "case": "simulate",
+        "stack": "prod",
+        "trace_seconds": result.seconds,
+        "step_seconds": result.step,
+        "services": len(result.services),
+        "seconds": round(seconds, 3),
+        "target": f"< {SIMULATE_TARGET_SECONDS:g} s",
+        "met": seconds < SIMULATE_TARGET_SECONDS,
+    }
+
+
 def throughput_model_lines() -> list[dict[str, Any]]:
     """The throughput model against every published measurement: one line a point (in sample and, for a counted
     vLLM point, out of sample), then its stated accuracy against the targets."""
@@ -472,7 +526,10 @@ def point_figure(value: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inferstack.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="stacks to plan (default: all)")
+    parser.add_argument(
+        "--cases", nargs="+", choices=CASES, default=list(CASES),
+        help=f"stacks to plan, and {SIMULATE_CASE!r} for the replay of a day (default: all)",
+    )
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per plan and floor; the fastest counts (default: 3)"
     )
@@ -491,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     generated = []
     with tempfile.TemporaryDirectory(prefix="inferstack-bench-") as work:
         for case in args.cases:
+            if case == SIMULATE_CASE:
+                print(json.dumps(simulation_line(stacks_dir, Path(work))), flush=True)
+                continue
             line = plan_case(case, stacks_dir, Path(work), args.repeat)
             print(json.dumps(line), flush=True)
             if case.startswith("generated-"):

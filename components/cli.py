@@ -1,4 +1,4 @@
-"""`inferstack plan | render | check | diff | schema | models`: review a stack offline before `pulumi up -s <env>`."""
+"""`inferstack plan | render | check | diff | simulate | schema | models`: review a stack offline before `pulumi up -s <env>`."""
 
 from __future__ import annotations
 
@@ -39,7 +39,71 @@ def _parser() -> argparse.ArgumentParser:
     _add_check_command(commands)
     _add_diff_command(commands)
     _add_models_command(commands)
+    _add_simulate_command(commands)
     return parser
+
+
+def _add_simulate_command(commands) -> None:
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay a traffic trace through what the stack deploys (KEDA and the HPA as rendered, pod starts, node "
+        "provisioning, the throughput model): SLO attainment, latency, GPU hours and cost per service; compare with "
+        "--set or --against and recommend the cheapest min_replicas meeting --attainment",
+    )
+    simulate.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
+    simulate.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
+    simulate.add_argument(
+        "--trace", type=Path, required=True, metavar="FILE",
+        help="CSV time_s,service,requests_per_second[,mean_input_tokens,mean_output_tokens]; each row holds until "
+        "the service's next one",
+    )
+    simulate.add_argument("--json", action="store_true", help="print JSON")
+    simulate.add_argument(
+        "--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
+        help="compare with the stack changed, e.g. models[0].autoscaling.min_replicas=3 (repeatable)",
+    )
+    simulate.add_argument("--against", metavar="STACK", help="compare with a second stack on the same trace")
+    simulate.add_argument(
+        "--attainment", type=float, default=0.99,
+        help="SLO attainment the recommended min_replicas must meet on the trace (default: 0.99)",
+    )
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    """Replay the trace; 2 on a bad stack, trace, --set or --attainment."""
+    from inferstack.presentation import simulation_report as report
+    from inferstack.spec import SpecError
+    from inferstack.stacks import StackNotFound, errors_named_by, load_validated, stack_file
+
+    if not 0 < args.attainment <= 1:
+        print(f"inferstack: --attainment {args.attainment:g}: is not a share of requests. To fix: give a number "
+              "above 0 and at most 1, e.g. 0.99", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.overrides and args.against:
+        print("inferstack simulate: give --set or --against (one of them)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        stacks_dir = _stacks_dir(args.stacks_dir, args.stack)
+        validated = load_validated(stacks_dir, args.stack)
+        trace = report.read_trace(args.trace, validated)
+        compared = []
+        if args.overrides:
+            compared = [(f"{validated.environment} --set", report.with_overrides(validated, args.overrides))]
+        elif args.against:
+            other = load_validated(_stacks_dir(args.stacks_dir, args.against), args.against)
+            compared = [(other.environment, other)]
+        with errors_named_by(stack_file(stacks_dir, args.stack)):
+            reports = [report.report(name, args.trace, report.run(stack, report.read_trace(args.trace, stack)))
+                       for name, stack in [(validated.environment, validated), *compared]]
+            recommendations = report.recommend(validated, trace, args.attainment)
+    except (SpecError, StackNotFound) as error:
+        _print_refusal(error)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps({"runs": reports, "recommendations": recommendations}, indent=2))
+    else:
+        print(report.as_text(reports, recommendations))
+    return 0
 
 
 def _add_models_command(commands) -> None:
@@ -254,6 +318,8 @@ def _main(argv: list[str] | None) -> int:
         return _diff(args)
     if args.command == "models":
         return _models(args)
+    if args.command == "simulate":
+        return _simulate(args)
     if args.command == "schema":
         from inferstack.spec import StackSpec
 

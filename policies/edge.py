@@ -8,11 +8,17 @@
   rule of any ALLOW policy on it lets a request through without a verified token (a `requestPrincipals` source),
   so a request without credentials matches no rule and is denied (istio.io docs/reference/config/security/
   authorization-policy: with any ALLOW policy on a workload, a request no ALLOW policy matches is denied); a rule that
-  asks for a token needs a RequestAuthentication on the same Gateway, without which nothing verifies one.
+  asks for a token needs a RequestAuthentication on the same Gateway, without which nothing verifies one. On an
+  agentgateway Gateway (gatewayClassName agentgateway) the same holds of its AgentgatewayPolicies: some Allow
+  authorization targets the Gateway (with any Allow rule, a request no rule matches is denied), each of its
+  expressions reads a verified identity (`jwt` or `apiKey`; a missing one makes the expression an error, which
+  denies) or is `false`, and a jwtAuthentication or apiKeyAuthentication verifies the identity it reads
+  (agentgateway/agentgateway 75b4e6ce crates/agentgateway/src/http/authorization.rs; schema/cel.md).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +32,10 @@ from inferstack.spec.edge import ACM_CERTIFICATE_ANNOTATION, ACM_PORTS_ANNOTATIO
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 ISTIO_SECURITY_GROUP = "security.istio.io"
+AGENTGATEWAY_GROUP = "agentgateway.dev"
+AGENTGATEWAY_CLASS = "agentgateway"
+VERIFIED_IDENTITY = re.compile(r"\b(jwt|apiKey)\b")
+NEVER = "false"
 
 
 def _of(resources: Sequence[PolicyResource], group: str, kind: str) -> list[PolicyResource]:
@@ -84,22 +94,47 @@ def unauthenticated_rule(rule: Mapping[str, Any]) -> bool:
 def _validate_routes(args: StackValidationArgs, report: ReportViolation) -> None:
     authorizations = _of(args.resources, ISTIO_SECURITY_GROUP, "AuthorizationPolicy")
     authentications = _of(args.resources, ISTIO_SECURITY_GROUP, "RequestAuthentication")
-    gateways = {_object(g) for g in _of(args.resources, GATEWAY_GROUP, "Gateway")}
+    agentgateway_policies = _of(args.resources, AGENTGATEWAY_GROUP, "AgentgatewayPolicy")
+    classes = {_object(g): text(dig(g.props, "spec", "gatewayClassName"))
+               for g in _of(args.resources, GATEWAY_GROUP, "Gateway")}
     for route in _of(args.resources, GATEWAY_GROUP, "HTTPRoute"):
         namespace, name = _object(route)
         for parent in items(dig(route.props, "spec", "parentRefs")):
             gateway = text(mapping(parent).get("name"))
             key = (text(mapping(parent).get("namespace"), namespace), gateway)
-            if key not in gateways:
+            if key not in classes:
                 continue
-            problem = _gateway_problem(key, authorizations, authentications)
+            if classes[key] == AGENTGATEWAY_CLASS:
+                problem = _agentgateway_problem(key, agentgateway_policies)
+            else:
+                problem = _gateway_problem(key, authorizations, authentications)
             if problem:
                 report(
-                    f"HTTPRoute {namespace}/{name} on Gateway {key[0]}/{gateway}: {problem}. To fix: on the istio "
-                    "gateway set gateway.auth.jwt and gateway.auth.tenants (or leave auth closed; agentgateway's "
-                    "authentication is not rendered); auth.allow_anonymous fails this rule on purpose.",
+                    f"HTTPRoute {namespace}/{name} on Gateway {key[0]}/{gateway}: {problem}. To fix: set "
+                    "gateway.auth.jwt (or gateway.auth.api_key_secret on agentgateway) and gateway.auth.tenants, or "
+                    "leave auth closed; auth.allow_anonymous fails this rule on purpose.",
                     route.urn,
                 )
+
+
+def _agentgateway_problem(gateway: tuple[str, str], policies: Sequence[PolicyResource]) -> str | None:
+    """Why requests without credentials can reach an agentgateway Gateway's routes, or None."""
+    on_gateway = [p for p in policies if _targets_gateway(p, *gateway)]
+    allows = [mapping(dig(p.props, "spec", "traffic", "authorization")) for p in on_gateway]
+    allows = [a for a in allows if a and text(a.get("action"), "Allow") == "Allow"]
+    if not allows:
+        return "no AgentgatewayPolicy with an Allow authorization targets the Gateway, so agentgateway lets every " \
+               "request through"
+    expressions = [text(e).strip() for a in allows for e in items(dig(a, "policy", "matchExpressions"))]
+    anonymous = [e for e in expressions if e != NEVER and not VERIFIED_IDENTITY.search(e)]
+    if anonymous:
+        return f"Allow rule {anonymous[0]!r} reads no verified identity (jwt or apiKey), so it matches requests " \
+               "without credentials"
+    verifies = any(dig(p.props, "spec", "traffic", field) for p in on_gateway
+                   for field in ("jwtAuthentication", "apiKeyAuthentication"))
+    if any(e != NEVER for e in expressions) and not verifies:
+        return "its Allow rules read jwt or apiKey and no jwtAuthentication or apiKeyAuthentication verifies either"
+    return None
 
 
 def _gateway_problem(
@@ -129,7 +164,8 @@ https_listener = StackValidationPolicy(
 
 authenticated_routes = StackValidationPolicy(
     name="authenticated-routes",
-    description="Every HTTPRoute's Gateway refuses requests without a verified token (Istio AuthorizationPolicy).",
+    description="Every HTTPRoute's Gateway refuses requests without verified credentials (Istio AuthorizationPolicy, "
+    "or agentgateway's AgentgatewayPolicy authorization).",
     validate=_validate_routes,
     enforcement_level=EnforcementLevel.MANDATORY,
 )

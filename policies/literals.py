@@ -138,13 +138,28 @@ CREDENTIAL_HEADER = re.compile(r"^request\.headers\[(authorization|x-api-key|api
 PRIVATE_JWK = re.compile(r'"d"\s*:')
 
 
+# agentgateway's policies state rules in CEL (agentgateway/agentgateway schema/cel.md): an expression comparing a
+# credential header with a string holds the credential; its API keys belong in a Secret the policy references.
+AGENTGATEWAY_PREFIX = "kubernetes:agentgateway.dev/"
+CEL_CREDENTIAL_COMPARISON = re.compile(
+    r"""request\.headers\[\s*["'](authorization|x-api-key|api-key|apikey|proxy-authorization)["']\s*\]\s*(==|!=|in\b)""",
+    re.IGNORECASE)
+
+
 def _gateway_security_literals(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if not args.resource_type.startswith(ISTIO_SECURITY_PREFIX):
+    agentgateway = args.resource_type.startswith(AGENTGATEWAY_PREFIX)
+    if not (args.resource_type.startswith(ISTIO_SECURITY_PREFIX) or agentgateway):
         return
     spec = mapping(args.props.get("spec"))
     metadata = mapping(args.props.get("metadata"))
     kind = args.resource_type.rsplit(":", 1)[-1]
     where = f"{kind} {text(metadata.get('namespace'), '-')}/{text(metadata.get('name'), args.name)}"
+    if agentgateway:
+        for path, value in leaves(spec):
+            if isinstance(value, str) and CEL_CREDENTIAL_COMPARISON.search(value):
+                report(f"{where} spec.{dotted(path)} compares a credential header with a literal: the credentials "
+                       "are readable by anyone who can read the policy. To fix: keep the keys in a Secret "
+                       "(gateway.auth.api_key_secret) or authenticate with gateway.auth.jwt.")
     for index, rule in enumerate(items(spec.get("rules"))):
         for condition in items(mapping(rule).get("when")):
             key = text(mapping(condition).get("key"))
@@ -156,7 +171,7 @@ def _gateway_security_literals(args: ResourceValidationArgs, report: ReportViola
         if not isinstance(value, str):
             continue
         credential = credential_in(value)
-        private_key = bool(path) and path[-1] == "jwks" and PRIVATE_JWK.search(value) is not None
+        private_key = "jwks" in path and PRIVATE_JWK.search(value) is not None
         why = f"contains {credential}" if credential else "holds a private JSON Web Key" if private_key else None
         if why:
             report(f"{where} spec.{dotted(path)} {why}. To fix: keep signing keys with the issuer and give the "

@@ -24,6 +24,7 @@ from inferstack.policies.pinning import helm_releases_pinned, images_pinned
 from inferstack.policies.privilege import no_privileged_workloads
 from inferstack.policies.redis_auth import no_unauthenticated_redis
 from inferstack.policies.scaling import keda_scaling_bounds
+from inferstack.policies.slo_capacity import slo_capacity
 from inferstack.policies.storage import s3_buckets_private_encrypted
 from inferstack.policies.vllm_serving import (
     vllm_disruption_budget,
@@ -53,6 +54,7 @@ POLICIES: list[Policy] = [
     no_unauthenticated_redis,
     no_privileged_workloads,
     keda_scaling_bounds,
+    slo_capacity,
     vllm_probes_and_requests,
     vllm_disruption_budget,
     vllm_parallel_layout,

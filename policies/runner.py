@@ -40,6 +40,7 @@ from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown
 from inferstack.engine.recorder import PROJECT, rare_collections
 from inferstack.policies.budget import MAX_USD_PER_HOUR, SPOT_DISCOUNT, STATED_PRICES, budget_at_max_scale
 from inferstack.policies.rules import PACK_ENFORCEMENT, PACK_NAME, POLICIES
+from inferstack.policies.slo_capacity import plan_config as slo_plan_config, slo_capacity, spec_config as slo_spec_config
 from inferstack.spec import StackSpec
 
 ALL_POLICIES = "all"  # the pack-config key that sets every policy's level
@@ -118,10 +119,11 @@ def load_policy_config(path: Path) -> dict[str, Any]:
 
 
 def spec_policy_config(spec: StackSpec) -> dict[str, Any]:
-    """The pack config a stack implies: its budget (the only spec fact a policy needs)."""
+    """The pack config a stack implies: its budget, and the replicas each service's SLO needs."""
     budget = spec.budget
     stated = [p.model_dump(exclude_none=True) for p in budget.prices]
-    return {budget_at_max_scale.name: _budget_config(budget.max_usd_per_hour, budget.spot_discount, stated)}
+    config = {budget_at_max_scale.name: _budget_config(budget.max_usd_per_hour, budget.spot_discount, stated)}
+    return config | ({slo_capacity.name: services} if (services := slo_spec_config(spec)) else {})
 
 
 def plan_policy_config(plan: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,11 +131,12 @@ def plan_policy_config(plan: Mapping[str, Any]) -> dict[str, Any]:
     totals = plan.get("totals")
     totals = totals if isinstance(totals, Mapping) else {}
     stated = totals.get("stated_prices")
-    return {budget_at_max_scale.name: _budget_config(
+    config = {budget_at_max_scale.name: _budget_config(
         _number(totals.get("budget_usd_per_hour")), _number(totals.get("spot_discount_override")),
         [{k: v for k, v in p.items() if v is not None} for p in stated if isinstance(p, Mapping)]
         if isinstance(stated, list) else [],
     )}
+    return config | ({slo_capacity.name: services} if (services := slo_plan_config(plan)) else {})
 
 
 def _number(value: Any) -> float | None:

@@ -55,14 +55,15 @@ stack = StackSpec(
         ),
     ],
     # HTTPS with the Secret inference-gateway-tls (cert-manager or the team keeps it); callers bring a token of the
-    # company's OIDC issuer whose `tenant` claim names a tenant below, which may call only its models.
+    # company's OIDC issuer whose `tenant` claim names a tenant below, which may call only its models, each at most
+    # requests_per_minute (600 unless stated) on each gateway pod; a saturated service queues each tenant apart.
     gateway=GatewaySpec(auth=EdgeAuthSpec(
         jwt=JwtIssuerSpec(issuer="https://login.acme.example", audiences=["inference-prod"],
                           jwks_uri="https://login.acme.example/.well-known/jwks.json"),
         tenants=[
-                TenantSpec(name="search", models=["llama-70b", "llama-8b-fp8", "bge-embed"]),
-                TenantSpec(name="legal", models=["llama-70b-long"]),
-            ],
+            TenantSpec(name="search", models=["llama-70b", "llama-8b-fp8", "bge-embed"]),
+            TenantSpec(name="legal", models=["llama-70b-long"], requests_per_minute=120),
+        ],
     )),
     models=[
         ModelServiceSpec(

@@ -80,7 +80,7 @@ stack = StackSpec(
             kv_offload=KvOffloadSpec(cpu_gib=48),
             autoscaling=AutoscalingSpec(min_replicas=1, max_replicas=3, metric="kv_cache", target=0.8),
             traffic=TrafficSpec(
-                requests_per_second=4, mean_input_tokens=6000, mean_output_tokens=300, shared_prefix_tokens=4000
+                requests_per_second=1.8, mean_input_tokens=6000, mean_output_tokens=300, shared_prefix_tokens=4000
             ),
         ),
         ModelServiceSpec(

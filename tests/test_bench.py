@@ -120,3 +120,11 @@ def test_bench_prints_a_plan_line_with_its_floor_the_fixed_mix_and_the_planner_a
     )
     counted_lines = [m for m in measurements if "out_of_sample_ratio" in m]
     assert counted_lines and all(m["engine"].startswith("vllm") and "held_out" not in m for m in counted_lines)
+
+
+def test_the_simulate_line_replays_a_day_at_one_second(tmp_path):
+    """The bench's `simulate` case: prod's services over the shipped day, interpolated to every second."""
+    line = bench.simulation_line(ROOT / "stacks", tmp_path)
+    assert line["case"] == "simulate" and line["stack"] == "prod" and line["step_seconds"] == 1
+    assert line["trace_seconds"] == 86_400 and line["services"] == 4
+    assert line["seconds"] > 0 and isinstance(line["met"], bool)

@@ -151,13 +151,16 @@ def test_the_edge_objects_validate_against_the_upstream_schemas(prod_objects):
 
 def test_request_authentication_names_the_issuer_its_keys_and_audiences(prod_objects):
     """istio/istio 1.30.3 crd-all.gen.yaml RequestAuthentication v1: jwtRules[].issuer, audiences, jwksUri (one of
-    jwks, jwksUri, jwks_uri), targetRefs to the Gateway (no selector beside it)."""
+    jwks, jwksUri, jwks_uri), targetRefs to the Gateway (no selector beside it); outputClaimToHeaders copies the
+    verified tenant claim into the picker's fairness header (llm-d-router v0.10.0 pkg/epp/metadata/consts.go
+    FlowFairnessIDKey)."""
     (authentication,) = [o for o in prod_objects if o["kind"] == "RequestAuthentication"]
     assert authentication["apiVersion"] == "security.istio.io/v1"
     assert authentication["spec"] == {
         "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway"}],
         "jwtRules": [{"issuer": "https://login.acme.example", "audiences": ["inference-prod"],
-                      "jwksUri": "https://login.acme.example/.well-known/jwks.json"}],
+                      "jwksUri": "https://login.acme.example/.well-known/jwks.json",
+                      "outputClaimToHeaders": [{"header": "x-llm-d-inference-fairness-id", "claim": "tenant"}]}],
     }
 
 
@@ -196,7 +199,7 @@ def test_tenants_naming_a_missing_service_are_refused_at_their_field():
 @pytest.mark.parametrize(
     ("auth", "expected"),
     [
-        ({"tenants": [{"name": "search", "models": ["qwen-7b"]}]}, "no jwt issuer is set"),
+        ({"tenants": [{"name": "search", "models": ["qwen-7b"]}]}, "neither a jwt issuer nor an api_key_secret"),
         ({"allow_anonymous": True, "tenants": [{"name": "a", "models": ["qwen-7b"]}]}, "allow_anonymous lets every"),
         ({"jwt": {"issuer": "http://plain.example", "audiences": ["a"], "jwks_uri": "https://x.example/jwks"}},
          "gateway.auth.jwt.issuer"),
@@ -218,11 +221,17 @@ def test_bad_auth_settings_are_spec_errors_at_their_field(auth, expected):
         ({"tls": {"mode": "none", "secret_name": "edge-tls"}}, "gateway.tls", "secret_name applies to mode 'secret' only"),
         ({"tls": {"mode": "acm", "certificate_arn": "arn:aws:iam::123456789012:role/x"}}, "gateway.tls.certificate_arn",
          "arn:aws:iam"),
-        ({"implementation": "agentgateway"}, "gateway", "rendered for the istio gateway only"),
+        ({"auth": {"api_key_secret": "team-keys"}}, "gateway", "auth.api_key_secret is checked by agentgateway only"),
+        ({"auth": {"jwt": {"issuer": "https://id.example", "audiences": ["a"], "jwks_uri": "https://id.example/jwks"},
+                   "tenants": [{"name": "a", "models": ["qwen-7b"], "tokens_per_minute": 1000}]}},
+         "gateway", "auth.tenants[0].tokens_per_minute needs agentgateway"),
+        ({"auth": {"jwt": {"issuer": "https://id.example", "audiences": ["a"], "jwks_uri": "https://id.example/jwks"},
+                   "tenants": [{"name": "a", "models": ["qwen-7b"], "requests_per_minute": 0}]}},
+         "gateway.auth.tenants[0].requests_per_minute", "greater than or equal to 1"),
     ],
 )
 def test_bad_edge_settings_are_spec_errors_at_their_field(gateway_settings, path, expected):
     dev = load_stack(STACKS, "dev").model_dump(exclude_none=True)
     dev["gateway"].update(gateway_settings)
     error = rejection(dev)
-    assert error.path == path and expected in str(error) and "To fix" in str(error)
+    assert error.path == path and expected in str(error) and ("To fix" in str(error) or "fix:" in str(error))

@@ -116,8 +116,11 @@ def test_the_plan_words_say_which_transport_was_chosen():
         "HTTPS on port 443, certificate from Secret inference-gateway-tls")
     plain = _prod_with(tls=EdgeTlsSpec(mode="none")).gateway
     assert gateway.edge_summary(plain)[0] == "plain HTTP on port 80 (tls.mode 'none' chosen explicitly)"
-    agentgateway = _prod_with(implementation="agentgateway", auth=EdgeAuthSpec()).gateway
-    assert gateway.edge_summary(agentgateway)[1].startswith("none: authentication is not rendered on agentgateway")
+    closed = _prod_with(implementation="agentgateway", auth=EdgeAuthSpec()).gateway
+    assert gateway.edge_summary(closed)[1] == "closed: no tenant is set, so every request is refused"
+    keys = _prod_with(implementation="agentgateway", auth=_agentgateway_auth()).gateway
+    assert gateway.edge_summary(keys)[1].startswith(
+        "JWT from https://login.acme.example, tenant claim 'tenant' or API keys from Secret inference-api-keys")
 
 
 @pytest.mark.parametrize(
@@ -180,13 +183,59 @@ def test_credentials_in_the_gateway_policies_fail_no_literal_secrets(tmp_path, c
     assert expected in messages(report, "no-literal-secrets")
 
 
-def test_agentgateway_renders_no_authentication_and_fails_authenticated_routes(tmp_path, capsys):
-    """agentgateway's own policy objects are not rendered yet: its routes are open, and the rule says so."""
-    stack = _prod_with(implementation="agentgateway", auth=EdgeAuthSpec())
-    resources = [r.as_dict() for r in run_stack(stack).resources]
+def _agentgateway_auth() -> EdgeAuthSpec:
+    prod = load_stack(STACKS, "prod")
+    return prod.gateway.auth.model_copy(update={"api_key_secret": "inference-api-keys"})
+
+
+@functools.cache
+def _agentgateway_rendered() -> str:
+    stack = _prod_with(implementation="agentgateway", auth=_agentgateway_auth())
+    return json.dumps([r.as_dict() for r in run_stack(stack).resources])
+
+
+def _access_policy(resources: list[dict[str, Any]]) -> dict[str, Any]:
+    (policy,) = [r for r in of_kind(resources, "AgentgatewayPolicy")
+                 if r["inputs"]["metadata"]["name"] == "inference-gateway-access"]
+    return policy
+
+
+def test_agentgateway_authentication_passes_both_rules(tmp_path, capsys):
+    code, report = check(json.loads(_agentgateway_rendered()), tmp_path, capsys)
+    assert not failing(report) and code == 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda resources, policy: resources.remove(policy),
+         "no AgentgatewayPolicy with an Allow authorization targets the Gateway"),
+        (lambda resources, policy: policy["inputs"]["spec"]["traffic"]["authorization"]["policy"][
+            "matchExpressions"].append('request.headers["x-gateway-model-name"] == "llama-8b-fp8"'),
+         "reads no verified identity (jwt or apiKey)"),
+        (lambda resources, policy: [policy["inputs"]["spec"]["traffic"].pop(field)
+                                    for field in ("jwtAuthentication", "apiKeyAuthentication")],
+         "no jwtAuthentication or apiKeyAuthentication verifies either"),
+    ],
+)
+def test_an_agentgateway_route_reachable_without_credentials_fails_authenticated_routes(tmp_path, capsys, edit,
+                                                                                        expected):
+    resources = json.loads(_agentgateway_rendered())
+    edit(resources, _access_policy(resources))
     code, report = check(resources, tmp_path, capsys)
-    assert code == 1 and "authenticated-routes" in failing(report)
-    assert "no ALLOW AuthorizationPolicy targets the Gateway" in messages(report, "authenticated-routes")
+    assert code == 1 and failing(report) == {"authenticated-routes"}
+    assert expected in messages(report, "authenticated-routes")
+
+
+def test_an_api_key_in_an_agentgateway_rule_fails_no_literal_secrets(tmp_path, capsys):
+    """A CEL comparison of a credential header with a string (agentgateway schema/cel.md request.headers) holds the
+    key in the clear."""
+    resources = json.loads(_agentgateway_rendered())
+    _access_policy(resources)["inputs"]["spec"]["traffic"]["authorization"]["policy"]["matchExpressions"].append(
+        'jwt.tenant == "search" && request.headers["x-api-key"] == "team-a-8f3k2j4h5g6f7d8s"')
+    code, report = check(resources, tmp_path, capsys)
+    assert code == 1 and "no-literal-secrets" in failing(report)
+    assert "compares a credential header with a literal" in messages(report, "no-literal-secrets")
 
 
 def test_the_plan_says_which_listener_clients_reach_and_who_gets_through():

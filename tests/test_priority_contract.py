@@ -46,15 +46,19 @@ def rendered(request, tmp_path_factory):
     spec = StackSpec.model_validate(data)
     if implementation == "istio":
         return request.param, spec, render(spec, tmp_path_factory.mktemp(implementation))
-    # Authentication is rendered for Istio only, so an agentgateway stack fails the mandatory authenticated-routes
-    # rule and renders nothing: its objects are read from the program's recording, which runs no policy.
+    # The serving stack names no tenant: its objects are read from the program's recording, which runs no policy.
     return request.param, spec, kubernetes_objects(run_stack(spec))
+
+
+def _request_headers(obj: dict) -> bool:
+    """The gateway's request-headers policy (serving/names.py request_headers_policy), beside its edge policies."""
+    return obj["metadata"]["name"].endswith("-request-headers")
 
 
 def objective_source(objects, implementation: str, bbr: bool) -> str:
     """What the gateway sets the objective header from, checking it is set before the picker runs."""
     if implementation == "istio":
-        (envoy_filter,) = [o for o in objects if o["kind"] == "EnvoyFilter"]
+        (envoy_filter,) = [o for o in objects if o["kind"] == "EnvoyFilter" and _request_headers(o)]
         assert envoy_filter["spec"]["priority"] > 0           # after the body-based-routing chart's (priority 0)
         for patch in envoy_filter["spec"]["configPatches"]:
             for mutation in patch["patch"]["value"]["typed_config"]["mutations"]["request_mutations"]:
@@ -66,7 +70,7 @@ def objective_source(objects, implementation: str, bbr: bool) -> str:
                         assert patch["patch"]["operation"] == "INSERT_AFTER" and where["subFilter"]["name"] == BBR_FILTER
                     return header["value"]
         raise AssertionError("no filter sets the objective header")
-    (policy,) = [o for o in objects if o["kind"] == "AgentgatewayPolicy"]
+    (policy,) = [o for o in objects if o["kind"] == "AgentgatewayPolicy" and _request_headers(o)]
     assert policy["spec"]["traffic"]["phase"] == "PreRouting"
     values = {s["name"]: s["value"] for s in policy["spec"]["traffic"]["transformation"]["request"]["set"]}
     return values[OBJECTIVE_HEADER]

@@ -11,6 +11,7 @@ from inferstack.planning.cost import check_budget
 from inferstack.planning.fit_refusal import check_fit
 from inferstack.planning.pool_capacity import gpu_requests, pool_cache_budget_bytes, replicas_held
 from inferstack.planning.quantization import describe, refusal
+from inferstack.planning.scaling_thresholds import check_slo_reachable
 from inferstack.planning.sizing import GIB, prefetched_bytes, scheduler_defaults
 from inferstack.spec import SIXTEEN_BIT, ModelServiceSpec, StackSpec, catalog_stored_format
 from inferstack.spec.errors import SpecError, refusals_of
@@ -38,13 +39,15 @@ def _check_quantization(spec: StackSpec, index: int) -> None:
 
 def check_model(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
     """A placed engine, first problem first: vLLM's refusals of its draft and adapters, its scheduler limits, its
-    fit on the device, what it pre-fetches into the node cache, and the replicas the pool can hold."""
+    fit on the device, what it pre-fetches into the node cache, the replicas the pool can hold, and an SLO one request
+    alone can meet."""
     _check_serving_features(path, model, hardware)
     _check_attention_backend(path, model, hardware)
     _check_engine_limits(path, model, hardware)
     check_fit(path, model, hardware)
     check_cache_budget(path, model, hardware)
     _check_scaling_room(path, model, hardware)
+    check_slo_reachable(path, model, hardware)
 
 
 def _check_attention_backend(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:

@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from inferstack.catalog import on_demand_price
 from inferstack.planning.engine_step import ASSUMPTIONS as STEP_ASSUMPTIONS
 from inferstack.planning.engine_step import KERNELS, STATED, Assumption, Device, Link, RoutedExperts, Shard
-from inferstack.planning.load import Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate
+from inferstack.planning.load import (
+    BISECTION_STEPS, Engine, LoadPoint, Workload, admission_limit, at_concurrency, at_request_rate,
+)
 from inferstack.planning.quantization import dense_kernel_family, moe_kernel, served_format
 from inferstack.planning.sizing import (
     expert_weights_bytes,
@@ -183,6 +185,7 @@ class ServiceEstimate:
     usd_per_hour: float
     usd_per_million_output_tokens: float
     usd_per_million_output_tokens_at_full_load: float
+    capacity_requests_per_second: float  # the most the service's max replicas carry within its SLO
 
 
 def _meets(point: LoadPoint, slo: LatencySlo | None) -> bool:
@@ -217,6 +220,25 @@ def _fewest_replicas(
         else:
             low = middle
     return high
+
+
+def capacity_at_slo(engine: Engine, workload: Workload, slo: LatencySlo | None, engines: int, ceiling: float) -> float:
+    """The highest request rate `engines` replicas (or data-parallel ranks) carry within `slo` (unsaturated without
+    one), by bisection below `ceiling`, the rate they finish at full load; 0 when a request alone misses the SLO. What
+    a gateway limit is held against: a tenant allowed more than this would be queued or refused at the SLO anyway."""
+    def ok(rate: float) -> bool:
+        return _meets(at_request_rate(engine, workload, rate / engines), slo)
+
+    low, high = 0.0, ceiling
+    if ok(high):
+        return high
+    for _ in range(BISECTION_STEPS):
+        middle = (low + high) / 2
+        if ok(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _whole_replica(point: LoadPoint, ranks: int) -> LoadPoint:
@@ -271,6 +293,8 @@ def service_estimate(
                 f"{hardware.gpu.name}"
             )
     point = _whole_replica(at_request_rate(engine, workload, rate / replicas), ranks)
+    engines = model.autoscaling.max_replicas * ranks
+    capacity = capacity_at_slo(engine, workload, model.slo, engines, full.requests_per_second * engines)
     full = _whole_replica(full, ranks)
     replica_price = replica_usd_per_hour(model, hardware, price)
     usd_per_hour = replicas * replica_price
@@ -289,4 +313,5 @@ def service_estimate(
         usd_per_million_output_tokens_at_full_load=(
             replica_price / (full.output_tokens_per_second * SECONDS_PER_HOUR) * 1e6
         ),
+        capacity_requests_per_second=capacity,
     )

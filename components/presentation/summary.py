@@ -370,6 +370,8 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
                 "slo_unreachable": estimate.slo_unreachable,
                 "replicas_needed": estimate.replicas,
                 "max_replicas": model.autoscaling.max_replicas,
+                "capacity_requests_per_minute": round(estimate.capacity_requests_per_second * 60, 1),
+                "slo_capacity": slo_capacity_of(model, hardware),
                 "usd_per_hour": round(estimate.usd_per_hour, 2),
                 "usd_per_million_output_tokens": round(estimate.usd_per_million_output_tokens, 4),
                 "usd_per_million_output_tokens_at_full_load": round(
@@ -387,15 +389,55 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
     }
 
 
-def edge(spec: StackSpec) -> dict[str, Any] | None:
-    """How clients reach the gateway and who gets through; None without a gateway."""
+def slo_capacity_of(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, Any] | None:
+    """Replicas the stated traffic needs within the SLO beside max_replicas, as CI reads it (and the slo-capacity
+    policy is configured with)."""
+    from inferstack.planning.scaling_thresholds import slo_capacity
+
+    found = slo_capacity(model, hardware)
+    return None if found is None else found.as_dict()
+
+
+def scalers(spec: StackSpec) -> list[dict[str, Any]]:
+    """Each engine's KEDA trigger and threshold as the ScaledObject states them, and where the figure came from."""
+    from inferstack.serving.autoscaling import needs_scaler, scaler_metric, service_of
+
+    rows = []
+    for model in spec.models:
+        if not needs_scaler(spec, model):
+            continue
+        chosen = scaler_metric(spec, model)
+        rows.append({"engine": model.name, "service": service_of(spec, model).name,
+                     "trigger": chosen.trigger, "metric": chosen.metric,
+                     "threshold": chosen.threshold, "derivation": chosen.derivation})
+    return rows
+
+
+def edge(spec: StackSpec, estimates: dict[str, Any]) -> dict[str, Any] | None:
+    """How clients reach the gateway, who gets through, and each tenant's limit per model service beside what the
+    service's max replicas carry within its SLO (from `estimates`, the throughput section); None without a gateway."""
     from inferstack.serving.gateway import edge_summary
 
     if not spec.gateway.enabled:
         return None
     transport_words, authentication = edge_summary(spec.gateway)
+    capacity = {row["model"]: row.get("capacity_requests_per_minute") for row in estimates["models"]}
+    limits = [
+        {"tenant": tenant.name, "model": name, "requests_per_minute": tenant.requests_per_minute,
+         "tokens_per_minute": tenant.tokens_per_minute, "capacity_requests_per_minute": capacity.get(name)}
+        for tenant in spec.gateway.auth.tenants for name in tenant.models
+    ]
     return {"transport": transport_words, "tls_mode": spec.gateway.tls.mode, "authentication": authentication,
-            "tenants": [{"name": t.name, "models": list(t.models)} for t in spec.gateway.auth.tenants]}
+            "tenants": [{"name": t.name, "models": list(t.models)} for t in spec.gateway.auth.tenants],
+            "limits": limits, "fairness": fairness_summary(spec)}
+
+
+def fairness_summary(spec: StackSpec) -> str:
+    """How a saturated service shares its queue between tenants, in words."""
+    if not spec.gateway.auth.tenants:
+        return "one queue: no tenant is named"
+    return ("each tenant queues apart in the endpoint picker (flow control, round-robin between tenants, by "
+            f"priority within; a request waits at most {spec.gateway.request_timeout_seconds} s)")
 
 
 def _figures(accuracy: Any) -> dict[str, Any]:
@@ -611,6 +653,7 @@ def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[
     spec = validated.stack   # the placements the program deployed, `auto` ones decided
     pools = node_pools(spec)
     rows = placements(spec, validated.auto_reasons)
+    estimates = throughput(spec)
     priced = [p["usd_per_hour"] for p in pools if p["usd_per_hour"]["max"] is not None]
     return {
         "stack": spec.environment,
@@ -640,8 +683,9 @@ def build_plan(stack: StackSpec | ValidatedStack, recording: Recording) -> dict[
             "min_scale": "at min scale Karpenter runs only what the minimum replicas need (a reservation is paid in full)"
             if spec.platform.karpenter else "min scale runs the on-demand baseline",
         },
-        "edge": edge(spec),
-        "throughput": throughput(spec),
+        "edge": edge(spec, estimates),
+        "throughput": estimates,
+        "scalers": scalers(spec),
         "rollouts": rollouts(spec),
         "interruption": interruption_plan(spec),
         "node_health": node_health_plan(spec),

@@ -394,6 +394,8 @@ def print_plan(plan: dict[str, Any], console: Console | None = None, engine_seco
         print_edge(plan["edge"], console, warnings)
     if plan.get("throughput", {}).get("models"):
         print_throughput(plan["throughput"], console, warnings)
+    if plan.get("scalers"):
+        print_scalers(plan["scalers"], console)
     if plan.get("rollouts", {}).get("models"):
         print_rollouts(plan["rollouts"], console, warnings)
     if plan.get("interruption"):
@@ -608,6 +610,23 @@ def print_edge(edge: dict[str, Any], console: Console, warnings: Warnings) -> No
         warnings.add("gateway", "clients reach the endpoint over plain HTTP (gateway.tls.mode 'none')")
     if edge["authentication"].startswith("none"):
         warnings.add("gateway", Text(f"authentication {edge['authentication']}"))
+    say(console, f"fairness: {edge['fairness']}", indent=2, markup=False)
+    if not edge["limits"]:
+        return
+    table = Grid("Tenant limits (per model service, per gateway pod) beside what its max replicas carry within the SLO",
+                 (Column("tenant", "name"), Column("model", "name"), Column("requests/min", "figure"),
+                  Column("tokens/min", "figure"), Column("capacity requests/min", "figure")))
+    for limit in edge["limits"]:
+        capacity = limit["capacity_requests_per_minute"]
+        tokens = limit["tokens_per_minute"]
+        table.add_row(limit["tenant"], limit["model"], f"{limit['requests_per_minute']:,}",
+                  "-" if tokens is None else f"{tokens:,}",
+                  "unknown (no traffic stated)" if capacity is None else f"{capacity:,.0f}")
+        if capacity is not None and limit["requests_per_minute"] > capacity:
+            warnings.add("gateway", f"tenant {limit['tenant']} may send {limit['model']} "
+                         f"{limit['requests_per_minute']:,} requests/min, more than its max replicas carry within "
+                         f"the SLO ({capacity:,.0f}/min): lower requests_per_minute or raise max_replicas")
+    table.print(console)
 
 
 def _ms(value: float | None, missing: str = "unbounded") -> str:
@@ -670,6 +689,16 @@ def print_throughput(estimates: dict[str, Any], console: Console, warnings: Warn
         say(console, f"- {assumption['name']} = {assumption['value']}: {assumption['why']}", indent=4, markup=False)
     if own:
         warnings.print(console)
+
+
+def print_scalers(scalers: list[dict[str, Any]], console: Console) -> None:
+    """Each engine's KEDA trigger and threshold as the ScaledObject states it, and how it was derived."""
+    say(console, "[bold]Scalers[/bold] (KEDA trigger per replica; derived from the throughput model with an slo and "
+        "no stated metric or target)")
+    for row in scalers:
+        role = "" if row["engine"] == row["service"] else f" (of {row['service']})"
+        say(console, f"{row['engine']}{role}: {row['trigger']} > {row['threshold']}: {row['derivation']}", indent=2,
+            markup=False)
 
 
 def _escape(value: Any) -> str:

@@ -4,7 +4,13 @@ Each metric scales the way its meaning asks:
 * queue_depth: total `vllm:num_requests_waiting` of the service, `AverageValue` (HPA divides by replicas),
   so the target is waiting requests per replica;
 * kv_cache: mean `vllm:kv_cache_usage_perc`, `Value` (HPA multiplies by the replica ratio);
-* epp_queue: the endpoint picker's pool-mean queue `llm_d_epp_average_queue_size`, `Value`.
+* epp_queue: the endpoint picker's pool-mean queue `llm_d_epp_average_queue_size`, `Value`;
+* running_sequences: total `vllm:num_requests_running` of the service, `AverageValue`;
+* prompt_tokens (a prefill role): its running plus waiting requests times the traffic's computed prompt tokens,
+  `AverageValue` (planning/scaling_thresholds.py says why that is its outstanding prompt tokens).
+
+With an `slo` and neither metric nor target stated, the metric and threshold come from the throughput model
+(planning/scaling_thresholds.py), the same figure and derivation the plan prints (`scaler_metric`).
 
 A replica that is still loading exports no vLLM metrics, so nothing may scale a service down (or to
 zero) faster than a model loads: the cooldown, the initial cooldown and the HPA's scale-down
@@ -28,10 +34,12 @@ import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
 from inferstack.planning.disaggregation import metric_labels
+from inferstack.planning.scaling_thresholds import derive_threshold
 from inferstack.serving import names, pods
 from inferstack.serving.model_service import ScaleTarget
 from inferstack.planning.sizing import load_seconds
 from inferstack.spec import ModelServiceSpec, StackSpec
+from inferstack.spec.pools import PoolHardware
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 DEFAULT_TARGETS = {"queue_depth": 5.0, "kv_cache": 0.8, "epp_queue": 5.0}
@@ -46,17 +54,54 @@ def _selector(**labels: str) -> str:
     return ",".join(f'{key}="{value}"' for key, value in labels.items())
 
 
-def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
-    """The spec's serving metric as a KEDA prometheus trigger."""
+@dataclass(frozen=True)
+class ScalerMetric:
+    """What an engine scales on: its metric, the threshold as the ScaledObject states it, and where it came from."""
+
+    metric: str
+    threshold: str
+    derivation: str     # 'stated', 'default', or how the throughput model derived it
+
+    @property
+    def trigger(self) -> str:
+        """The KEDA trigger's name, which the simulator reads the trigger by (queue-depth, running-sequences, ...)."""
+        return self.metric.replace("_", "-")
+
+
+def service_of(spec: StackSpec, engine: ModelServiceSpec) -> ModelServiceSpec:
+    """The service whose traffic and SLO an engine serves: a prefill engine's disaggregated service, else itself."""
+    return next((m for m in spec.models if m.name == engine.pd_service), engine)
+
+
+def scaler_metric(spec: StackSpec, model: ModelServiceSpec) -> ScalerMetric:
+    """The stated metric and target, the model's when the service states an slo and the engine neither, else the
+    defaults."""
     scaling = model.autoscaling
+    derived = derive_threshold(model, service_of(spec, model), PoolHardware(spec.pool(model.pool)))
+    if derived is not None:
+        return ScalerMetric(derived.metric, f"{derived.threshold:.10g}", derived.derivation)
+    metric = scaling.metric or "queue_depth"
+    if scaling.target is not None:
+        return ScalerMetric(metric, f"{scaling.target:g}", "stated")
+    return ScalerMetric(metric, f"{DEFAULT_TARGETS[metric]:g}", "default")
+
+
+def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
+    """The engine's serving metric as a KEDA prometheus trigger."""
+    chosen = scaler_metric(spec, model)
     namespace = spec.serving_namespace
-    target = scaling.target or DEFAULT_TARGETS[scaling.metric]
-    engine = metric_labels(model)
-    if scaling.metric == "queue_depth":
-        query = f"sum(vllm:num_requests_waiting{{{_selector(namespace=namespace, **engine)}}})"
-        metric_type = "AverageValue"
-    elif scaling.metric == "kv_cache":
-        query = f"avg(vllm:kv_cache_usage_perc{{{_selector(namespace=namespace, **engine)}}})"
+    engine = _selector(namespace=namespace, **metric_labels(model))
+    metric_type = "AverageValue"
+    if chosen.metric == "queue_depth":
+        query = f"sum(vllm:num_requests_waiting{{{engine}}})"
+    elif chosen.metric == "running_sequences":
+        query = f"sum(vllm:num_requests_running{{{engine}}})"
+    elif chosen.metric == "prompt_tokens":
+        traffic = service_of(spec, model).traffic
+        prompt = traffic.mean_input_tokens - traffic.shared_prefix_tokens
+        query = f"sum(vllm:num_requests_running{{{engine}}} + vllm:num_requests_waiting{{{engine}}}) * {prompt}"
+    elif chosen.metric == "kv_cache":
+        query = f"avg(vllm:kv_cache_usage_perc{{{engine}}})"
         metric_type = "Value"
     else:
         # The InferencePool (and the `name` label of the picker's pool metrics) is named after the service.
@@ -64,12 +109,12 @@ def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) ->
         metric_type = "Value"
     return {
         "type": "prometheus",
-        "name": scaling.metric.replace("_", "-"),
+        "name": chosen.trigger,
         "metricType": metric_type,
         "metadata": {
             "serverAddress": prometheus,
             "query": query,
-            "threshold": f"{target:g}",
+            "threshold": chosen.threshold,
             "activationThreshold": "0",
         },
     }

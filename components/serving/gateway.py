@@ -45,7 +45,8 @@ from pulumi_kubernetes.yaml.v2 import ConfigFile
 from inferstack.catalog.charts import MANIFESTS, chart
 from inferstack.helm import helm_release
 from inferstack.planning import kv_offload
-from inferstack.serving import disaggregation, names, pods
+from inferstack.serving import agentgateway_edge, disaggregation, names, pods
+from inferstack.serving.headers import DEPRECATED_PICKER_HEADERS, FAIRNESS_HEADER, MODEL_HEADER, OBJECTIVE_HEADER
 from inferstack.serving.inference_api import INFERENCE_GROUP, INFERENCE_POOL_API_VERSION
 from inferstack.serving.model_service import pool_selector
 from inferstack.serving.rbac import granted_role
@@ -64,11 +65,10 @@ HEADER_MUTATION_TYPE = "type.googleapis.com/envoy.extensions.filters.http.header
 STRIP_FILTER = "inferstack.strip_routing_headers"
 OBJECTIVE_FILTER = "inferstack.inference_objective"
 BBR_FILTER = "envoy.filters.http.ext_proc.bbr"
-# The request header the picker reads the InferenceObjective's name from (llm-d-router v0.10.0
-# pkg/epp/metadata/consts.go:42; handlers/request.go:54; requestcontrol/director.go getInferenceObjective: no
-# header, or no objective of that name, is priority 0).
-OBJECTIVE_HEADER = "x-llm-d-inference-objective"
-MODEL_HEADER = "X-Gateway-Model-Name"
+# Flow control's fairness policy that takes the tenants' queues in turn, so one tenant's burst cannot starve another's
+# (llm-d-router v0.10.0 pkg/epp/framework/plugins/flowcontrol/fairness/roundrobin/README.md); the default,
+# global-strict, serves the oldest request of any tenant first (pkg/epp/flowcontrol/registry/config.go).
+FAIRNESS_POLICY = "round-robin-fairness-policy"
 # The host KV tier's prefix index and its scorer (picker_config).
 HOST_TIER_PRODUCER = "host-tier-prefix-producer"
 HOST_TIER_SCORER = "host-tier-prefix-scorer"
@@ -90,9 +90,16 @@ INTERNAL_LOAD_BALANCER = {
 }
 
 
-def picker_config(model: ModelServiceSpec, prefix_cache: bool) -> str:
+def picker_config(model: ModelServiceSpec, prefix_cache: bool, queue_seconds: int) -> str:
     """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on, LoRA affinity for a
-    service with adapters, and a second prefix index for its host KV tier.
+    service with adapters, and a second prefix index for its host KV tier; flow control on, so a saturated pool's
+    requests wait in the picker by their InferenceObjective's priority, each tenant's in its own queue taken in turn,
+    for at most `queue_seconds` (the route's timeout: past it the gateway has given up on them).
+
+    Flow control is off unless its feature gate is set (llm-d-router v0.10.0 pkg/epp/flowcontrol/README.md,
+    "Enabling, disabling, and tuning"); a band's fairnessPolicyRef names a plugin instance of the config, and only the
+    default policies are registered without one (pkg/epp/config/loader/flowcontrol.go resolvePlugin,
+    defaults.go); defaultRequestTTL and the band templates are apix/config/v1alpha1 FlowControlConfig's fields.
 
     The metrics data source and extractor the scorers read are injected by the picker itself, and so is the
     GPU tier's prefix index (approx-prefix-cache-producer, tuned from the pods' metrics). The host tier's index
@@ -121,8 +128,15 @@ def picker_config(model: ModelServiceSpec, prefix_cache: bool) -> str:
     profiles = [{"name": "default", "plugins": profile}]
     if model.disaggregation is not None:
         plugins, profiles = disaggregated_profiles(model, plugins, profile)
-    config = {"apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig", "plugins": plugins,
-              "schedulingProfiles": profiles}
+    band = {"priority": 0, "fairnessPolicyRef": FAIRNESS_POLICY}   # a template: each priority gets its own band
+    config = {
+        "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
+        "featureGates": ["flowControl"],
+        "plugins": [*plugins, {"type": FAIRNESS_POLICY}],
+        "schedulingProfiles": profiles,
+        "flowControl": {"defaultRequestTTL": f"{queue_seconds}s", "defaultPriorityBand": band,
+                        "defaultNegativePriorityBand": dict(band)},
+    }
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -232,7 +246,7 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
                     }
                     for served in (model.name, *(adapter.name for adapter in model.lora_adapters))
                 ],
-                "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": names.client_service(model)}],
+                "backendRefs": [agentgateway_edge.route_backend_ref(spec, model)],
                 "timeouts": {"request": f"{spec.gateway.request_timeout_seconds}s"},
             }
         ],
@@ -242,8 +256,12 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
 # Headers only the endpoint picker may set, removed from every request the gateway receives: the routing sidecar's
 # (serving/disaggregation.py) and the picker's answer to the data plane, the endpoint a request goes to (GAIE
 # docs/proposals/004-endpoint-picker-protocol/README.md, "Destination Endpoint"), so a client's copy never reaches
-# the load balancer, not even where the picker fails open.
-UNTRUSTED_ROUTING_HEADERS = (*disaggregation.SIDECAR_ROUTING_HEADERS, "x-gateway-destination-endpoint")
+# the load balancer, not even where the picker fails open; and the picker's tenant and objective headers, which the
+# gateway sets itself from the verified token and the requested model.
+UNTRUSTED_ROUTING_HEADERS = (
+    *disaggregation.SIDECAR_ROUTING_HEADERS, "x-gateway-destination-endpoint", FAIRNESS_HEADER,
+    *DEPRECATED_PICKER_HEADERS,
+)
 
 
 def request_headers_envoy_filter(gateway_ref: dict[str, str], body_based_routing: bool) -> dict[str, Any]:
@@ -314,22 +332,102 @@ def edge_summary(gateway: GatewaySpec) -> tuple[str, str]:
         "none": f"plain HTTP on port {gateway.listener_port} (tls.mode 'none' chosen explicitly)",
     }[gateway.tls.mode]
     auth = gateway.auth
-    if gateway.implementation != "istio":
-        return transport, "none: authentication is not rendered on agentgateway, so every request reaches its route"
     if auth.allow_anonymous:
         return transport, "none: every request is let through without credentials (auth.allow_anonymous)"
-    if auth.jwt is None or not auth.tenants:
+    if (auth.jwt is None and auth.api_key_secret is None) or not auth.tenants:
         return transport, "closed: no tenant is set, so every request is refused"
     tenants = "; ".join(f"{tenant.name}: {', '.join(tenant.models)}" for tenant in auth.tenants)
-    return transport, f"JWT from {auth.jwt.issuer}, tenant claim {auth.jwt.tenant_claim!r} ({tenants})"
+    credentials = [f"JWT from {auth.jwt.issuer}, tenant claim {auth.jwt.tenant_claim!r}"] if auth.jwt else []
+    if auth.api_key_secret is not None:
+        credentials.append(f"API keys from Secret {auth.api_key_secret} (metadata.tenant)")
+    return transport, f"{' or '.join(credentials)} ({tenants})"
 
 
 def request_authentication_spec(gateway_ref: dict[str, str], jwt: JwtIssuerSpec) -> dict[str, Any]:
     """Istio RequestAuthentication on the gateway workload: a request with a token that fails verification is
     rejected, one without a token passes on with no identity (istio.io docs/reference/config/security/
-    request_authentication), which the AuthorizationPolicy then refuses."""
+    request_authentication), which the AuthorizationPolicy then refuses. A verified token's tenant claim is copied
+    into the picker's fairness header (jwtRules[].outputClaimToHeaders; istio/istio 1.30.3
+    pilot/pkg/security/authn/policy_applier.go sets Envoy's claim_to_headers from it), so flow control queues each
+    tenant apart and the rate limits count per tenant."""
     return {"targetRefs": [gateway_ref], "jwtRules": [
-        {"issuer": jwt.issuer, "audiences": list(jwt.audiences), "jwksUri": jwt.jwks_uri}]}
+        {"issuer": jwt.issuer, "audiences": list(jwt.audiences), "jwksUri": jwt.jwks_uri,
+         "outputClaimToHeaders": [{"header": FAIRNESS_HEADER, "claim": jwt.tenant_claim}]}]}
+
+
+# Envoy's local rate limit HTTP filter and the TypedStruct Istio's own samples wrap it in (istio/istio 1.30.3
+# samples/ratelimit/local-rate-limit-service.yaml); the picker's ext_proc filter, which Istio appends after its authn
+# and authz filters on a Gateway with InferencePools (pilot/pkg/networking/core/listener_builder.go;
+# pilot/pkg/xds/filters/filters.go InferencePoolExtProc, named envoy.filters.http.ext_proc).
+LOCAL_RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
+LOCAL_RATE_LIMIT_TYPE = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"
+TYPED_STRUCT_TYPE = "type.googleapis.com/udpa.type.v1.TypedStruct"
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+RATE_LIMIT_STATS = "inferstack_tenant_rate_limit"
+TENANT_DESCRIPTOR, SERVICE_DESCRIPTOR = "tenant", "service"
+
+
+def tenant_service_limits(spec: StackSpec) -> list[tuple[str, ModelServiceSpec, int]]:
+    """(tenant, model service, requests a minute) for every service a tenant may call that the stack has."""
+    services = {model.name: model for model in spec.models}
+    return [(tenant.name, services[name], tenant.requests_per_minute)
+            for tenant in spec.gateway.auth.tenants for name in tenant.models if name in services]
+
+
+def _bucket(requests_per_minute: int) -> dict[str, Any]:
+    """A minute's requests, refilled whole every minute (so a tenant may spend its minute in one burst)."""
+    return {"max_tokens": requests_per_minute, "tokens_per_fill": requests_per_minute, "fill_interval": "60s"}
+
+
+def rate_limit_envoy_filter(spec: StackSpec, gateway_ref: dict[str, str]) -> dict[str, Any]:
+    """Per tenant and model service, a local rate limit on the gateway's routes (Istio EnvoyFilter, the pattern of
+    istio/istio 1.30.3 samples/ratelimit/local-rate-limit-service.yaml): the filter inserted before the picker's
+    ext_proc (after authentication and authorization, so the tenant header is the verified claim's and a refused
+    request spends nothing), and on every route the descriptors and the actions that make them. A request yields
+    (tenant, its fairness header) and (service, the service whose name or adapter the routing header names): each
+    (tenant, service) has its own bucket, so one tenant's burst spends only its own. Envoy answers 429 when the bucket
+    is empty (envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit: descriptors, token_bucket,
+    always_consume_default_token_bucket; config.route.v3.RateLimit.Action request_headers, header_value_match)."""
+    limits = tenant_service_limits(spec)
+    actions = [
+        {"actions": [
+            {"request_headers": {"header_name": FAIRNESS_HEADER, "descriptor_key": TENANT_DESCRIPTOR}},
+            {"header_value_match": {"descriptor_key": SERVICE_DESCRIPTOR, "descriptor_value": model.name,
+                                    "headers": [{"name": MODEL_HEADER.lower(), "string_match": {"exact": requested}}]}},
+        ]}
+        for model in spec.models if model.pd_role != "prefill" for requested in names.requested_models(model)
+    ]
+    enabled = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}
+    route_config = {
+        "stat_prefix": RATE_LIMIT_STATS,
+        # Requests no descriptor matches spend this bucket only: the sum of every tenant's, so it never binds first.
+        "token_bucket": _bucket(sum(rpm for _, _, rpm in limits) or 1),
+        "always_consume_default_token_bucket": False,
+        "filter_enabled": {"runtime_key": f"{RATE_LIMIT_STATS}_enabled", **enabled},
+        "filter_enforced": {"runtime_key": f"{RATE_LIMIT_STATS}_enforced", **enabled},
+        "descriptors": [
+            {"entries": [{"key": TENANT_DESCRIPTOR, "value": tenant}, {"key": SERVICE_DESCRIPTOR, "value": model.name}],
+             "token_bucket": _bucket(rpm)}
+            for tenant, model, rpm in limits
+        ],
+    }
+    return {
+        "targetRefs": [gateway_ref],
+        "configPatches": [
+            {"applyTo": "HTTP_FILTER",
+             "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
+                 "name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": EXT_PROC_FILTER}}}}},
+             "patch": {"operation": "INSERT_BEFORE", "value": {"name": LOCAL_RATE_LIMIT_FILTER, "typed_config": {
+                 "@type": TYPED_STRUCT_TYPE, "type_url": LOCAL_RATE_LIMIT_TYPE,
+                 "value": {"stat_prefix": RATE_LIMIT_STATS}}}}},
+            {"applyTo": "HTTP_ROUTE",
+             "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"route": {"action": "ANY"}}}},
+             "patch": {"operation": "MERGE", "value": {
+                 "route": {"rate_limits": actions},
+                 "typed_per_filter_config": {LOCAL_RATE_LIMIT_FILTER: {
+                     "@type": TYPED_STRUCT_TYPE, "type_url": LOCAL_RATE_LIMIT_TYPE, "value": route_config}}}}},
+        ],
+    }
 
 
 def authorization_policy_spec(spec: StackSpec, gateway_ref: dict[str, str]) -> dict[str, Any]:
@@ -400,7 +498,8 @@ class ModelRoute(pulumi.ComponentResource):
         config = ConfigMap(
             f"{name}-epp-config",
             metadata={"name": picker, "namespace": namespace, "labels": labels},
-            data={EPP_CONFIG_FILE: picker_config(model, spec.gateway.prefix_cache_routing)},
+            data={EPP_CONFIG_FILE: picker_config(
+                model, spec.gateway.prefix_cache_routing, spec.gateway.request_timeout_seconds)},
             opts=child,
         )
         Service(
@@ -455,16 +554,33 @@ class ModelRoute(pulumi.ComponentResource):
                     parent=self, depends_on=[*args.depends_on, args.crds[OBJECTIVE_GROUP], self.pool]
                 ),
             )
+        backend = agentgateway_edge.ai_backend_spec(spec, model)
+        route_waits_for = [*args.depends_on, args.crds[GATEWAY_GROUP], args.gateway, self.pool]
+        if backend is not None:   # agentgateway counts a token limit's tokens only through an ai backend
+            route_waits_for.append(CustomResource(
+                f"{name}-ai-backend", api_version=agentgateway_edge.AGENTGATEWAY_BACKEND_API_VERSION,
+                kind="AgentgatewayBackend",
+                metadata={"name": names.ai_backend(model), "namespace": namespace,
+                          "labels": pods.object_labels(model.name)},
+                spec=backend, opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, args.gateway,
+                                                                                   self.pool]),
+            ))
         self.route = CustomResource(
             f"{name}-route",
             api_version=GATEWAY_API_VERSION,
             kind="HTTPRoute",
             metadata={"name": names.client_service(model), "namespace": namespace, "labels": pods.object_labels(model.name)},
             spec=http_route_spec(spec, model),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*args.depends_on, args.crds[GATEWAY_GROUP], args.gateway, self.pool]
-            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=route_waits_for),
         )
+        limits = agentgateway_edge.rate_limit_policy_spec(spec, model)
+        if spec.gateway.implementation == "agentgateway" and limits is not None:
+            CustomResource(
+                f"{name}-rate-limit", api_version=AGENTGATEWAY_POLICY_API_VERSION, kind="AgentgatewayPolicy",
+                metadata={"name": names.route_rate_limit(model), "namespace": namespace,
+                          "labels": pods.object_labels(model.name)},
+                spec=limits, opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.route]),
+            )
         self.register_outputs({"pool": names.client_service(model), "picker": picker})
 
 
@@ -575,14 +691,23 @@ class InferenceGateway(pulumi.ComponentResource):
         )
 
     def _authentication(self, name: str, spec: StackSpec, depends_on: Sequence[pulumi.Resource]) -> None:
-        """Istio: the token issuer's RequestAuthentication and the tenants' AuthorizationPolicy on the Gateway, so no
-        request reaches a route unauthenticated (agentgateway: not rendered; the spec refuses jwt and tenants there)."""
-        if spec.gateway.implementation != "istio" or spec.gateway.auth.allow_anonymous:
+        """No request reaches a route unauthenticated. Istio: the token issuer's RequestAuthentication, the tenants'
+        AuthorizationPolicy and their rate limits on the Gateway; agentgateway: one AgentgatewayPolicy for
+        authentication, the tenants' rules and the fairness header (serving/agentgateway_edge.py), and each route's
+        limits in its ModelRoute."""
+        if spec.gateway.auth.allow_anonymous:
             return
-        # The Gateway waits for istiod, which waits for istio-base and so for the security CRDs.
+        # The Gateway waits for the controller (istiod after istio-base, or agentgateway after its CRDs).
         opts = pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, self.gateway])
         labels = pods.object_labels(spec.gateway.name, "gateway")
         gateway_ref = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": spec.gateway.name}
+        if spec.gateway.implementation == "agentgateway":
+            CustomResource(
+                f"{name}-access", api_version=AGENTGATEWAY_POLICY_API_VERSION, kind="AgentgatewayPolicy",
+                metadata={"name": names.gateway_access(spec), "namespace": spec.serving_namespace, "labels": labels},
+                spec=agentgateway_edge.access_policy_spec(spec, gateway_ref), opts=opts,
+            )
+            return
         if spec.gateway.auth.jwt is not None:
             CustomResource(
                 f"{name}-jwt", api_version=ISTIO_SECURITY_API_VERSION, kind="RequestAuthentication",
@@ -594,6 +719,13 @@ class InferenceGateway(pulumi.ComponentResource):
             metadata={"name": names.gateway_tenants(spec), "namespace": spec.serving_namespace, "labels": labels},
             spec=authorization_policy_spec(spec, gateway_ref), opts=opts,
         )
+        if tenant_service_limits(spec):
+            CustomResource(
+                f"{name}-rate-limits", api_version=ENVOY_FILTER_API_VERSION, kind="EnvoyFilter",
+                metadata={"name": names.gateway_rate_limits(spec), "namespace": spec.serving_namespace,
+                          "labels": labels},
+                spec=rate_limit_envoy_filter(spec, gateway_ref), opts=opts,
+            )
 
     def _body_based_routing(
         self, name: str, spec: StackSpec, controller: pulumi.Resource, depends_on: Sequence[pulumi.Resource]

@@ -39,7 +39,8 @@ DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 def client_service(model: ModelServiceSpec) -> str:
     """The ClusterIP Service clients call, whatever the topology: `http://<name>.<namespace>.svc:8000`.
 
-    Also the name of its PodDisruptionBudget, ScaledObject, InferencePool, InferenceObjective and HTTPRoute.
+    Also the name of its PodDisruptionBudget, ScaledObject, InferencePool, InferenceObjective and HTTPRoute, and
+    on agentgateway of its AgentgatewayBackend (with a token limit) and its route's AgentgatewayPolicy.
     """
     return model.name
 
@@ -109,6 +110,26 @@ def gateway_tenants(spec: StackSpec) -> str:
     return f"{spec.gateway.name}-tenants"
 
 
+def gateway_rate_limits(spec: StackSpec) -> str:
+    """The gateway's per-tenant request limits (an EnvoyFilter on Istio)."""
+    return f"{spec.gateway.name}-rate-limits"
+
+
+def gateway_access(spec: StackSpec) -> str:
+    """agentgateway's Gateway-wide policy: authentication, the tenants' rules and the fairness header."""
+    return f"{spec.gateway.name}-access"
+
+
+def ai_backend(model: ModelServiceSpec) -> str:
+    """agentgateway's AgentgatewayBackend in front of the service's InferencePool (agentgateway_edge.ai_backend_spec)."""
+    return client_service(model)
+
+
+def route_rate_limit(model: ModelServiceSpec) -> str:
+    """agentgateway's per-tenant limits on a service's HTTPRoute, named after the route."""
+    return client_service(model)
+
+
 def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     """Every named object of the serving and batch namespaces. A service's objects are reserved whether or
     not an optional feature (gateway, autoscaling) is on, so switching one on later cannot start a clash;
@@ -126,8 +147,11 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
     # The edge's Istio security objects: the JWT check and the tenants' ALLOW policy (serving/gateway.py).
     yield ObjectName(serving, "RequestAuthentication", gateway_jwt(spec), "inferstack", "gateway.name")
     yield ObjectName(serving, "AuthorizationPolicy", gateway_tenants(spec), "inferstack", "gateway.name")
+    # The request headers' policy, and the per-tenant limits (Istio) or the access policy (agentgateway).
     policy = "EnvoyFilter" if spec.gateway.implementation == "istio" else "AgentgatewayPolicy"
     yield ObjectName(serving, policy, request_headers_policy(spec), "inferstack", "gateway.name")
+    edge = gateway_rate_limits(spec) if spec.gateway.implementation == "istio" else gateway_access(spec)
+    yield ObjectName(serving, policy, edge, "inferstack", "gateway.name")
     if spec.gateway.implementation == "istio":
         # Istio's automated deployment provisions `<Gateway>-<GatewayClass>` (istio.io, Kubernetes Gateway
         # API task, "Automated Deployment"); body-based routing runs beside it on Istio.
@@ -150,6 +174,9 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
             yield ObjectName(serving, "Service", headless, f"the LeaderWorkerSet controller for {ours}", path)
         for kind in ("Service", "PodDisruptionBudget", "ScaledObject", "InferencePool", "HTTPRoute", "NetworkPolicy"):
             yield ObjectName(serving, kind, client_service(model), ours, path)
+        if spec.gateway.implementation == "agentgateway":
+            yield ObjectName(serving, "AgentgatewayPolicy", route_rate_limit(model), ours, path)
+            yield ObjectName(serving, "AgentgatewayBackend", ai_backend(model), ours, path)
         # One objective per requested model; a name repeated within the service is the LoRA check's to refuse.
         for objective in dict.fromkeys(requested_models(model)):
             where = path if objective == model.name else f"models[{i}].lora_adapters"

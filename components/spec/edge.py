@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection
 from typing import Literal
 
@@ -94,12 +95,30 @@ class JwtIssuerSpec(Model):
     _claim = field_validator("tenant_claim")(_claim_text)
 
 
-class TenantSpec(Model):
-    """A caller, named by its JWT claim, and the model services it may call."""
+# A tenant's request limit per model service when the spec states none: ten requests a second, refilled each minute.
+DEFAULT_REQUESTS_PER_MINUTE = 600
 
-    name: str = Field(max_length=253, description="The tenant claim's value. Required.")
+
+class TenantSpec(Model):
+    """A caller, named by its JWT claim or its API key's metadata, the model services it may call, and how much."""
+
+    name: str = Field(max_length=253, description="The tenant claim's value (or API key's tenant). Required.")
     models: list[Name] = Field(
         min_length=1, description="Model services (by name) it may call, with their LoRA adapters. Required."
+    )
+    requests_per_minute: int = Field(
+        DEFAULT_REQUESTS_PER_MINUTE,
+        ge=1,
+        description="Requests a minute the tenant may send to each model service it calls: a bucket per tenant and "
+        "service on each gateway pod, refilled every minute; over it the gateway answers 429. Defaults to 600.",
+    )
+    tokens_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="Prompt plus completion tokens a minute per model service, agentgateway only: the service is "
+        "then reached through an AgentgatewayBackend (an LLM provider in front of its InferencePool) that reads each "
+        "response's usage, so the limit holds back the next requests; Istio's gateway counts requests only. Defaults "
+        "to none.",
     )
 
     _claim = field_validator("name")(_claim_text)
@@ -113,6 +132,12 @@ class EdgeAuthSpec(Model):
         description="The token issuer. Defaults to none: no request can authenticate, so the gateway refuses every "
         "request until an issuer and tenants are set.",
     )
+    api_key_secret: Name | None = Field(
+        None,
+        description="agentgateway only: a Secret in the serving namespace holding API keys, by reference (the stack "
+        "never holds a key). Each entry is JSON with `key` or `keyHash` ('sha256:<hex>') and `metadata.tenant`, the "
+        "tenant it authenticates. Defaults to none.",
+    )
     tenants: list[TenantSpec] = Field(
         default_factory=list, description="Who may call which model service. Defaults to none (nobody)."
     )
@@ -125,18 +150,40 @@ class EdgeAuthSpec(Model):
     @model_validator(mode="after")
     def _tenants_need_an_issuer(self) -> "EdgeAuthSpec":
         """A tenant is a claim of a verified token: without an issuer nothing verifies it."""
-        if self.allow_anonymous and (self.jwt is not None or self.tenants):
-            raise ValueError("allow_anonymous lets every request through, which makes jwt and tenants meaningless. "
-                             "To fix: drop allow_anonymous, or drop jwt and tenants")
-        if self.tenants and self.jwt is None:
-            raise ValueError("tenants are named by a claim of a verified token, and no jwt issuer is set. To fix: "
-                             "set jwt (issuer, audiences, jwks_uri)")
+        if self.allow_anonymous and (self.jwt is not None or self.api_key_secret is not None or self.tenants):
+            raise ValueError("allow_anonymous lets every request through, which makes jwt, api_key_secret and tenants "
+                             "meaningless. To fix: drop allow_anonymous, or drop jwt, api_key_secret and tenants")
+        if self.tenants and self.jwt is None and self.api_key_secret is None:
+            raise ValueError("tenants are named by a claim of a verified token or by an API key, and neither a jwt "
+                             "issuer nor an api_key_secret is set. To fix: set jwt (issuer, audiences, jwks_uri)")
         names = [tenant.name for tenant in self.tenants]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ValueError(f"tenants {', '.join(repeated)} are listed more than once. To fix: list each tenant once, "
                              "with every model it may call")
         return self
+
+
+# agentgateway keeps each tenant's bucket on a route as one rateLimit.conditional entry, of which the CRD allows 16
+# (agentgateway/agentgateway 75b4e6ce controller/install/helm/agentgateway-crds/templates/
+# agentgateway.dev_agentgatewaypolicies.yaml, traffic.rateLimit.conditional maxItems).
+MAX_ROUTE_TENANTS = 16
+
+
+def route_tenant_refusals(auth: EdgeAuthSpec, implementation: str) -> list[SpecError]:
+    """On agentgateway the API server would refuse the rate-limit policy of a service more tenants may call."""
+    if implementation != "agentgateway":
+        return []
+    callers = Counter(model for tenant in auth.tenants for model in dict.fromkeys(tenant.models))
+    return [
+        SpecError("gateway.auth.tenants",
+                  f"{count} tenants may call model service {model!r}, and agentgateway keeps at most "
+                  f"{MAX_ROUTE_TENANTS} tenants' rate limits apart on one route (AgentgatewayPolicy "
+                  "rateLimit.conditional)",
+                  f"let at most {MAX_ROUTE_TENANTS} tenants call {model!r}")
+        for model, count in sorted(callers.items())
+        if count > MAX_ROUTE_TENANTS
+    ]
 
 
 def tenant_refusals(auth: EdgeAuthSpec, services: Collection[str]) -> list[SpecError]:

@@ -121,6 +121,28 @@ def _check_scaling(spec: StackSpec, path: str, model: ModelServiceSpec) -> None:
             "service would never scale out",
             f"give the target as a fraction, e.g. {min(scaling.target / 100, 1):g} for {scaling.target:g} percent",
         )
+    if scaling.metric in ("prompt_tokens", "running_sequences") and scaling.target is None:
+        raise SpecError(
+            f"{path}.autoscaling.target",
+            f"metric {scaling.metric!r} has no default target: its right figure depends on the model, the GPU and "
+            "the traffic",
+            "state a target per replica, or leave metric and target unset with an slo so the plan derives them",
+        )
+    if scaling.metric == "prompt_tokens" and model.pd_role != "prefill":
+        raise SpecError(
+            f"{path}.autoscaling.metric",
+            "'prompt_tokens' counts a prefill engine's requests as prompts, but this engine also decodes, so its "
+            "running requests are not prompts",
+            "use 'running_sequences' (or another metric) here, or 'prompt_tokens' under disaggregation.prefill",
+        )
+    prefill = model.disaggregation.prefill.autoscaling if model.disaggregation is not None else None
+    if prefill is not None and prefill.metric == "prompt_tokens" and model.traffic is None:
+        raise SpecError(
+            f"{path}.disaggregation.prefill.autoscaling.metric",
+            "'prompt_tokens' multiplies the prefill requests by the traffic's prompt tokens, but the service states "
+            "no traffic",
+            "add traffic (mean_input_tokens) to the service, or use another metric",
+        )
     if model.tier not in {p.name for p in spec.queues.priorities} and spec.queues.enabled:
         raise SpecError(
             f"{path}.tier",

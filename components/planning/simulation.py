@@ -1,0 +1,640 @@
+"""`inferstack simulate`: a deterministic replay of a traffic trace through what a stack deploys.
+
+Time moves in fixed steps (the greatest common divisor of the trace's row spacing and the scalers' polling
+intervals, so a 1-second trace steps every second and a 5-minute one every 15 s); every other duration (a pod's
+start, a cooldown) ends at the first step boundary at or after it. Per step and service:
+
+* requests arrive at the trace's rate; the ready replicas serve at most their full-load rate (load.at_concurrency
+  at the admission limit); the rest queue first in, first out, and a queued request's time to first token
+  includes its wait. Each served share takes the steady state of a replica at the share's rate
+  (load.at_request_rate), looked up per (workload, rate bucket of 1/RATE_BUCKETS of full load, rounded up);
+* KEDA polls every pollingInterval and the HPA turns each trigger into replicas (metric_replicas); scale-down
+  waits for the stabilization window and its policies, scale-up takes the HPA's default policies (HPA_SCALE_UP);
+  at zero, any trigger above its activationThreshold wakes the service, and it idles at idleReplicaCount once every
+  trigger has stayed at or below activation for cooldownPeriod (KEDA docs, "ScaledObject specification",
+  https://keda.sh/docs/2.20/reference/scaledobject-spec/: the KEDA catalog/charts.json pins, 2.20.2);
+* a new pod starts on a node of its pool with room (warm when that node cached its weights, else a cold start
+  without node boot) or on a node the node autoscaler adds, up to the pool's max_nodes (creation_times.replica_parts
+  with new_node=True); past max_nodes it pends. A node no replica needs leaves after the autoscaler's empty-node
+  delay, down to the pool's floor, and takes its cached weights with it;
+* each pod pays its devices from creation (service_performance.replica_usd_per_hour at the plan's on-demand node
+  price, cost.replica_node_price); while the pool runs nodes beyond its on-demand limit, that share of every pod
+  of the pool pays the spot price (pro rata: the replay does not pin pods to nodes).
+
+A request meets the SLO when its modelled time to first token (queue wait included) and inter-token latency are
+within the service's slo; a service without one counts a request as met unless it queued beyond what the ready
+replicas carry. `seconds_below_slo` counts the seconds of the steps in which some request got its first token
+outside that rule. The replay starts with every service at its idle state (min replicas, or idleReplicaCount for a
+scale-to-zero one) on warm nodes, past KEDA's initialCooldownPeriod.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from inferstack.planning.load import Engine, Workload, admission_limit, at_concurrency, at_request_rate
+from inferstack.planning.pool_capacity import nodes_for_replicas
+from inferstack.planning.scaling_thresholds import HPA_TOLERANCE
+from inferstack.spec import LatencySlo, ModelServiceSpec, SpecError
+from inferstack.spec.pools import PoolHardware
+
+RATE_BUCKETS = 200   # steady states looked up per 1/200 of a replica's full-load rate
+SECONDS_PER_HOUR = 3600
+# The HPA's defaults where the ScaledObject sets no behaviour (Kubernetes docs, "Horizontal Pod Autoscaling",
+# section "Default Behavior": https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/; the code:
+# kubernetes/kubernetes pkg/apis/autoscaling/v2/defaults.go scaleUpLimitPercent 100, scaleUpLimitMinimumPods 4,
+# scaleUpPeriod 15, scaleUpStabilizationSeconds 0, MaxChangePolicySelect): scale up with no stabilization by the
+# larger of 100% or 4 pods every 15 s; a ratio within 10% of 1 changes nothing (the same page, "Algorithm details":
+# --horizontal-pod-autoscaler-tolerance, default 0.1).
+HPA_SCALE_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15},
+                             {"type": "Pods", "value": 4, "periodSeconds": 15}]}
+# Without scaleDown policies the HPA may remove every pod above the minimum each 15 s (defaults.go
+# scaleDownLimitPercent 100, scaleDownPeriod 15), after the controller's 300 s stabilization window.
+HPA_SCALE_DOWN = {"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
+                  "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+# Signals by trigger name (the ScaledObject contract of serving/autoscaling.py) and how each is read.
+SIGNALS = ("queue-depth", "kv-cache", "epp-queue", "requests", "prompt-tokens", "running-sequences")
+TRACE_COLUMNS = ("time_s", "service", "requests_per_second")
+TOKEN_COLUMNS = ("mean_input_tokens", "mean_output_tokens")
+
+
+# ------------------------------------------------------------------------------------------------- the trace
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    time: int
+    requests_per_second: float
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Per service its rows in time order; each holds until the service's next row, the last until `end`: the
+    trace's last time plus its spacing."""
+
+    rows: Mapping[str, tuple[TraceRow, ...]]
+    spacing: int   # the trace's resolution: the greatest common divisor of its times' gaps
+    end: int
+
+
+def _number(text: str, where: str, column: str, kind: type, least: float) -> Any:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where} {column}", f"{text!r} is not a{'n integer' if kind is int else ' number'}",
+                        f"write {column} as a{' whole' if kind is int else ''} number") from None
+    if not math.isfinite(value) or value < least:
+        raise SpecError(f"{where} {column}", f"{text!r} is below {least:g}" if math.isfinite(value)
+                        else f"{text!r} is not finite", f"write {column} as a number of at least {least:g}")
+    return value
+
+
+def read_trace(path: Path, services: Sequence[str]) -> Trace:
+    """The CSV trace `time_s,service,requests_per_second[,mean_input_tokens,mean_output_tokens]`; a bad file or row
+    is a SpecError naming file:line, the column, the value and the fix."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecError(str(path), f"cannot be read ({error})", "give --trace a readable UTF-8 CSV file") from None
+    reader = csv.reader(text.splitlines())
+    header = [name.strip() for name in next(reader, [])]
+    if tuple(header[:3]) != TRACE_COLUMNS or any(name not in TOKEN_COLUMNS for name in header[3:]):
+        raise SpecError(f"{path.name}:1", f"the header is {','.join(header)!r}",
+                        f"start the file with {','.join(TRACE_COLUMNS)} (optionally {','.join(TOKEN_COLUMNS)})")
+    rows: dict[str, list[TraceRow]] = {}
+    for line, cells in enumerate(reader, start=2):
+        if not any(cell.strip() for cell in cells):
+            continue
+        where = f"{path.name}:{line}"
+        if len(cells) != len(header):
+            raise SpecError(where, f"has {len(cells)} cells, the header {len(header)}",
+                            f"give each row {','.join(header)}")
+        values = dict(zip(header, (cell.strip() for cell in cells)))
+        service = values["service"]
+        if service not in services:
+            raise SpecError(f"{where} service", f"{service!r} is not a model service of the stack "
+                            f"({', '.join(services)})", "name one of the stack's model services")
+        time = _number(values["time_s"], where, "time_s", int, 0)
+        rate = _number(values["requests_per_second"], where, "requests_per_second", float, 0)
+        tokens = [_number(values[c], where, c, int, 1) if values.get(c) else None for c in TOKEN_COLUMNS]
+        earlier = rows.setdefault(service, [])
+        if earlier and time <= earlier[-1].time:
+            raise SpecError(f"{where} time_s", f"{time} is not after {service}'s previous row at "
+                            f"{earlier[-1].time}", "list each service's rows in increasing time_s")
+        earlier.append(TraceRow(time, rate, *tokens))
+    times = sorted({row.time for service_rows in rows.values() for row in service_rows})
+    if len(times) < 2:
+        raise SpecError(path.name, "holds fewer than two distinct times, so it has no length",
+                        "give rows at two or more time_s values (each holds until the next)")
+    spacing = reduce(math.gcd, (b - a for a, b in zip(times, times[1:])))
+    return Trace({name: tuple(r) for name, r in rows.items()}, spacing, times[-1] + spacing)
+
+
+# ------------------------------------------------------------------------------------------- the scalers
+
+
+@dataclass(frozen=True)
+class Trigger:
+    name: str
+    metric_type: str      # AverageValue or Value
+    threshold: float
+    activation: float
+
+
+@dataclass(frozen=True)
+class Scaler:
+    """What the replay needs of a rendered ScaledObject (and the HPA it creates)."""
+
+    polling: int
+    cooldown: int
+    min_replicas: int
+    max_replicas: int
+    idle_replicas: int | None
+    triggers: tuple[Trigger, ...]
+    down_window: int
+    down_policies: tuple[tuple[str, float, int], ...]   # (type, value, periodSeconds)
+    down_select: str
+    up_window: int
+    up_policies: tuple[tuple[str, float, int], ...]
+    up_select: str
+
+
+def _policies(rules: Mapping[str, Any]) -> tuple[tuple[str, float, int], ...]:
+    return tuple((p["type"], float(p["value"]), int(p["periodSeconds"])) for p in rules.get("policies", ()))
+
+
+def scaler_from_scaled_object(body: Mapping[str, Any], service: str) -> Scaler:
+    """The ScaledObject spec as serving/autoscaling.py renders it; a trigger whose name the replay has no signal for
+    is refused by name."""
+    triggers = []
+    for trigger in body["triggers"]:
+        if trigger["name"] not in SIGNALS:
+            raise SpecError(f"models[{service}].autoscaling", f"its ScaledObject has a trigger named "
+                            f"{trigger['name']!r}, which the simulator has no signal for (it knows {', '.join(SIGNALS)})",
+                            "teach planning/simulation.py the signal, or simulate without that trigger")
+        metadata = trigger["metadata"]
+        triggers.append(Trigger(trigger["name"], trigger.get("metricType", "AverageValue"),
+                                float(metadata["threshold"]), float(metadata.get("activationThreshold", 0))))
+    behavior = body.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior", {})
+    down, up = behavior.get("scaleDown", HPA_SCALE_DOWN), behavior.get("scaleUp", HPA_SCALE_UP)
+    return Scaler(
+        polling=int(body.get("pollingInterval", 30)), cooldown=int(body.get("cooldownPeriod", 300)),
+        min_replicas=int(body.get("minReplicaCount", 0)), max_replicas=int(body.get("maxReplicaCount", 100)),
+        idle_replicas=body.get("idleReplicaCount"), triggers=tuple(triggers),
+        down_window=int(down.get("stabilizationWindowSeconds", HPA_SCALE_DOWN["stabilizationWindowSeconds"])),
+        down_policies=_policies(down) or _policies(HPA_SCALE_DOWN),
+        down_select=down.get("selectPolicy", "Max"),
+        up_window=int(up.get("stabilizationWindowSeconds", 0)), up_policies=_policies(up) or _policies(HPA_SCALE_UP),
+        up_select=up.get("selectPolicy", "Max"),
+    )
+
+
+def metric_replicas(trigger: Trigger, metric: float, current: int) -> int:
+    """Replicas the HPA asks for on one trigger (Kubernetes docs, "Horizontal Pod Autoscaling", "Algorithm details":
+    desired = ceil(current x metric / target), nothing within the tolerance): AverageValue divides the summed metric
+    by the replicas, so its ratio is metric / (current x target); Value compares the metric itself."""
+    per_replica = metric / current if trigger.metric_type == "AverageValue" and current else metric
+    ratio = per_replica / trigger.threshold
+    if current and abs(ratio - 1) <= HPA_TOLERANCE:
+        return current
+    if not current:   # from zero KEDA's activation hands the HPA minReplicaCount; the metric sizes beyond it
+        return math.ceil(metric / trigger.threshold) if trigger.metric_type == "AverageValue" else 1
+    return math.ceil(current * ratio)
+
+
+# ------------------------------------------------------------------------------------------ the services
+
+
+@dataclass(frozen=True)
+class StartTimes:
+    """Seconds from pod creation to serving (creation_times.replica_parts): on a node the autoscaler adds, on a node
+    that runs without its weights, on a node that cached them."""
+
+    new_node: float
+    existing_node: float
+    warm: float
+
+
+@dataclass(frozen=True)
+class ServiceSetup:
+    """One model service as the replay runs it, every figure from the plan's functions."""
+
+    name: str
+    model: ModelServiceSpec
+    hardware: PoolHardware
+    engine: Engine
+    shared_prefix_tokens: int
+    default_tokens: tuple[int, int]
+    slo: LatencySlo | None
+    scaler: Scaler | None          # None: fixed at min_replicas (no ScaledObject rendered)
+    fixed_replicas: int
+    starts: StartTimes
+    replica_usd_per_hour: float     # on the pool's on-demand node price
+    replica_spot_usd_per_hour: float
+    replica_gpus: float             # GPU equivalents a replica's devices block
+    activity_window: int            # seconds the `requests` trigger remembers a request
+
+
+@dataclass(frozen=True)
+class PoolSetup:
+    name: str
+    hardware: PoolHardware
+    floor_nodes: int                # nodes the autoscaler never removes
+    max_nodes: int
+    on_demand_nodes: int            # nodes beyond this run on spot (when the pool buys spot)
+    empty_node_seconds: int         # how long an unneeded node stays
+
+
+@dataclass(frozen=True)
+class _Point:
+    ttft: float
+    itl: float | None      # None for one-token outputs: no token follows the first
+    running: float
+    decoding: float
+
+
+class _SteadyStates:
+    """A replica's steady state per (workload, rate bucket), computed once."""
+
+    def __init__(self, setup: ServiceSetup) -> None:
+        self.setup = setup
+        self.full: dict[tuple[int, int], float] = {}
+        self.points: dict[tuple[int, int, int], _Point] = {}
+
+    def workload(self, tokens: tuple[int, int]) -> Workload:
+        prefix = self.setup.shared_prefix_tokens if self.setup.shared_prefix_tokens < tokens[0] else 0
+        return Workload(tokens[0], tokens[1], prefix)
+
+    def capacity(self, tokens: tuple[int, int]) -> float:
+        """Requests/s one replica carries at full load."""
+        if tokens not in self.full:
+            engine, workload = self.setup.engine, self.workload(tokens)
+            cap, _ = admission_limit(engine, workload)
+            if cap < 1:
+                raise SpecError(f"models[{self.setup.name}]", f"the KV cache ({engine.kv_tokens} tokens) holds no "
+                                f"{tokens[0]}+{tokens[1]}-token request of the trace",
+                                "shorten the trace's requests or give the service more KV cache")
+            point = at_concurrency(engine, workload, cap)
+            self.full[tokens] = point.requests_per_second * self.setup.model.data_parallel
+        return self.full[tokens]
+
+    def point(self, tokens: tuple[int, int], per_replica_rate: float) -> _Point:
+        capacity = self.capacity(tokens)
+        bucket = min(RATE_BUCKETS, math.ceil(per_replica_rate / capacity * RATE_BUCKETS - 1e-9))
+        key = (*tokens, bucket)
+        if key not in self.points:
+            ranks = self.setup.model.data_parallel
+            state = at_request_rate(self.setup.engine, self.workload(tokens), capacity * bucket / RATE_BUCKETS / ranks)
+            self.points[key] = _Point(state.first_token_seconds, state.inter_token_seconds,
+                                      state.running * ranks, state.decoding * ranks)
+        return self.points[key]
+
+
+# -------------------------------------------------------------------------------------------- the result
+
+
+@dataclass(frozen=True)
+class ServiceResult:
+    service: str
+    requests: float
+    slo_attainment: float
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    itl_p50_ms: float | None
+    itl_p95_ms: float | None
+    gpu_hours: float
+    usd: float
+    cold_starts: int
+    scale_ups: int
+    peak_queue: float
+    seconds_below_slo: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    seconds: int
+    step: int
+    services: tuple[ServiceResult, ...]
+
+    def total(self) -> dict[str, Any]:
+        requests = sum(s.requests for s in self.services)
+        met = sum(s.requests * s.slo_attainment for s in self.services)
+        return {
+            "requests": round(requests, 1),
+            "slo_attainment": round(met / requests, 6) if requests else 1.0,
+            "gpu_hours": round(sum(s.gpu_hours for s in self.services), 3),
+            "usd": round(sum(s.usd for s in self.services), 2),
+            "cold_starts": sum(s.cold_starts for s in self.services),
+            "scale_ups": sum(s.scale_ups for s in self.services),
+        }
+
+
+def _weighted_percentile(samples: list[tuple[float, float]], share: float) -> float | None:
+    """The nearest-rank percentile of (value, weight) samples."""
+    total = sum(weight for _, weight in samples)
+    if total <= 0:
+        return None
+    wanted, seen = share * total, 0.0
+    for value, weight in sorted(samples):
+        seen += weight
+        if seen >= wanted - 1e-9:
+            return value
+    return samples[-1][0]
+
+
+# ------------------------------------------------------------------------------------------- the replay
+
+
+@dataclass
+class _Pod:
+    ready_at: int
+
+
+@dataclass
+class _Service:
+    setup: ServiceSetup
+    states: _SteadyStates
+    rows: tuple[TraceRow, ...]
+    replicas: int                                 # what the HPA (or KEDA at zero) asks for
+    pods: list[_Pod] = field(default_factory=list)
+    cached: int = 0                               # replica places whose node holds the weights
+    queue: deque = field(default_factory=deque)   # [arrival time, requests] oldest first
+    queued: float = 0.0
+    row: int = -1
+    last_request: float = -math.inf
+    last_active: float = -math.inf
+    history: list[tuple[int, int]] = field(default_factory=list)     # (time, recommendation)
+    changes: list[tuple[int, int]] = field(default_factory=list)     # (time, replicas before)
+    point: _Point | None = None
+    arrived: float = 0.0
+    met: float = 0.0
+    ttft: list[tuple[float, float]] = field(default_factory=list)
+    itl: list[tuple[float, float]] = field(default_factory=list)
+    pod_seconds_on_demand: float = 0.0
+    pod_seconds_spot: float = 0.0
+    cold_starts: int = 0
+    scale_ups: int = 0
+    peak_queue: float = 0.0
+    seconds_below: int = 0
+
+    def tokens(self) -> tuple[int, int]:
+        row = self.rows[self.row] if self.row >= 0 else None
+        default = self.setup.default_tokens
+        if row is None:
+            return default
+        return (row.input_tokens or default[0], row.output_tokens or default[1])
+
+    def rate(self) -> float:
+        return self.rows[self.row].requests_per_second if self.row >= 0 else 0.0
+
+    def ready(self, now: int) -> int:
+        return sum(1 for pod in self.pods if pod.ready_at <= now)
+
+
+@dataclass
+class _Pool:
+    setup: PoolSetup
+    nodes: int
+    empty_since: int | None = None
+
+
+def _step_of(trace: Trace, services: Sequence[ServiceSetup]) -> int:
+    pollings = [s.scaler.polling for s in services if s.scaler is not None]
+    return reduce(math.gcd, pollings, trace.spacing)
+
+
+def _ceil_to(seconds: float, step: int) -> int:
+    return math.ceil(seconds / step - 1e-9) * step
+
+
+def _signal(name: str, service: _Service, now: int) -> float:
+    """A trigger's metric as Prometheus would return it at `now` (serving/autoscaling.py names the queries)."""
+    ready = service.ready(now)
+    if name == "requests":
+        return 1.0 if now - service.last_request < service.setup.activity_window else 0.0
+    if not ready:   # no pod exports the vLLM or picker metrics
+        return 0.0
+    point = service.point or service.states.point(service.tokens(), 0.0)
+    tokens = service.tokens()
+    if name == "queue-depth":
+        return service.queued
+    if name == "epp-queue":
+        return service.queued / ready
+    if name == "running-sequences":
+        return ready * point.running
+    if name == "prompt-tokens":
+        # The rendered query: running plus waiting requests times the spec's computed prompt (on a prefill role every
+        # running request is prefilling, so these are its outstanding prompt tokens).
+        prompt = service.setup.default_tokens[0] - service.setup.shared_prefix_tokens
+        return (service.queued + ready * point.running) * prompt
+    workload = service.states.workload(tokens)   # kv-cache: the mean share of each replica's KV cache in use
+    held = workload.held_tokens * point.running + workload.cached_prefix_tokens
+    return min(1.0, held / (service.setup.engine.kv_tokens * service.setup.model.data_parallel))
+
+
+def _rate_limit(changes: list[tuple[int, int]], now: int, current: int, policies, select: str, up: bool) -> int:
+    """The most (up) or fewest (down) replicas the HPA's policies allow now, from the replicas at the start of each
+    policy's period (Kubernetes docs, "Scaling policies")."""
+    limits = []
+    for kind, value, period in policies:
+        start = next((before for at, before in changes if at > now - period), current)
+        change = value if kind == "Pods" else math.ceil(start * value / 100) if up else math.floor(start * value / 100)
+        limits.append(start + change if up else start - change)
+    pick = max if (select == "Max") == up else min
+    return pick(limits)
+
+
+def _hpa(service: _Service, now: int, scaler: Scaler) -> int:
+    """Replicas after one HPA evaluation at `now` with the service active."""
+    current = service.replicas
+    wanted = max(metric_replicas(t, _signal(t.name, service, now), current) for t in scaler.triggers)
+    wanted = min(scaler.max_replicas, max(scaler.min_replicas, wanted))
+    service.history.append((now, wanted))
+    horizon = now - max(scaler.down_window, scaler.up_window)
+    while service.history and service.history[0][0] < horizon:
+        service.history.pop(0)
+    if wanted > current:
+        floor = min(r for at, r in service.history if at > now - scaler.up_window - 1) if scaler.up_window else wanted
+        wanted = min(floor, _rate_limit(service.changes, now, current, scaler.up_policies, scaler.up_select, True))
+        return max(current, wanted)
+    ceiling = max(r for at, r in service.history if at > now - scaler.down_window - 1)
+    wanted = max(ceiling, _rate_limit(service.changes, now, current, scaler.down_policies, scaler.down_select, False))
+    return min(current, wanted)
+
+
+def _poll(service: _Service, now: int) -> None:
+    """KEDA's poll: activation from and to zero, else the HPA's evaluation."""
+    scaler = service.setup.scaler
+    active = any(_signal(t.name, service, now) > t.activation for t in scaler.triggers)
+    if active:
+        service.last_active = now
+    idle = scaler.idle_replicas
+    if idle is not None and service.replicas == idle:
+        target = max(scaler.min_replicas, _hpa(service, now, scaler)) if active else idle
+    elif idle is not None and not active and now - service.last_active >= scaler.cooldown:
+        target = idle
+    else:
+        target = _hpa(service, now, scaler)
+    if target != service.replicas:
+        if target > service.replicas:
+            service.scale_ups += 1
+        service.changes.append((now, service.replicas))
+        service.changes = [c for c in service.changes if c[0] > now - 3600]
+        service.replicas = target
+
+
+def _pool_replicas(services: Sequence[_Service], extra: _Service | None = None) -> list[tuple[ModelServiceSpec, int]]:
+    return [(s.setup.model, len(s.pods) + (1 if s is extra else 0)) for s in services]
+
+
+def _reconcile(pool: _Pool, services: Sequence[_Service], now: int, step: int) -> None:
+    """Pods follow the replicas asked: surplus pods go (the newest first), missing ones start where they fit."""
+    hardware = pool.setup.hardware
+    for service in services:
+        while len(service.pods) > service.replicas:
+            service.pods.pop()
+    for service in services:
+        while len(service.pods) < service.replicas:
+            needed = nodes_for_replicas(_pool_replicas(services, service), hardware)
+            if needed > pool.nodes:
+                if needed > pool.setup.max_nodes:
+                    break   # pending: the pool is at max_nodes
+                pool.nodes = needed
+                seconds, cold = service.setup.starts.new_node, True
+            elif len(service.pods) < service.cached:
+                seconds, cold = service.setup.starts.warm, False
+            else:
+                seconds, cold = service.setup.starts.existing_node, True
+            service.pods.append(_Pod(now + _ceil_to(seconds, step)))
+            service.cached = max(service.cached, len(service.pods))
+            service.cold_starts += cold
+    needed = max(pool.setup.floor_nodes, nodes_for_replicas(_pool_replicas(services), hardware))
+    if needed >= pool.nodes:
+        pool.empty_since = None
+    elif pool.empty_since is None:
+        pool.empty_since = now
+    elif now - pool.empty_since >= pool.setup.empty_node_seconds:
+        pool.nodes, pool.empty_since = needed, None
+        for service in services:   # the nodes left keep the weights of what they can hold
+            held = _held_on(service.setup.model, hardware, pool.nodes)
+            service.cached = min(service.cached, max(len(service.pods), held))
+
+
+def _held_on(model: ModelServiceSpec, hardware: PoolHardware, nodes: int) -> int:
+    """Replicas of one service `nodes` nodes hold alone."""
+    count = 0
+    while nodes_for_replicas([(model, count + 1)], hardware) <= nodes:
+        count += 1
+    return count
+
+
+def _serve(service: _Service, now: int, step: int) -> None:
+    """Arrivals of one step, served in order by the ready replicas; the rest queue."""
+    setup = service.setup
+    rate = service.rate()
+    arriving = rate * step
+    if arriving > 0:
+        service.queue.append([now, arriving])
+        service.queued += arriving
+        service.arrived += arriving
+        service.last_request = now
+    ready = service.ready(now)
+    tokens = service.tokens()
+    capacity = ready * service.states.capacity(tokens) * step if ready else 0.0
+    served = min(service.queued, capacity)
+    point = service.states.point(tokens, served / step / ready) if ready else None
+    service.point = point
+    missed = False
+    left = served
+    while left > 1e-9 and service.queue:
+        cohort = service.queue[0]
+        taken = min(left, cohort[1])
+        wait = now - cohort[0]
+        ttft, itl = point.ttft + wait, point.itl
+        ok = (wait == 0) if setup.slo is None else (
+            (setup.slo.ttft_ms is None or ttft * 1000 <= setup.slo.ttft_ms)
+            and (setup.slo.itl_ms is None or itl is None or itl * 1000 <= setup.slo.itl_ms))
+        service.met += taken if ok else 0.0
+        missed |= not ok
+        service.ttft.append((ttft * 1000, taken))
+        if itl is not None:
+            service.itl.append((itl * 1000, taken))
+        cohort[1] -= taken
+        left -= taken
+        if cohort[1] <= 1e-9:
+            service.queue.popleft()
+    service.queued = max(0.0, service.queued - served)
+    service.peak_queue = max(service.peak_queue, service.queued)
+    service.seconds_below += step if missed else 0
+
+
+def simulate(services: Sequence[ServiceSetup], pools: Sequence[PoolSetup], trace: Trace) -> SimulationResult:
+    """Replay `trace` through the services on their pools (every service of the stack: one the trace does not name
+    gets no requests)."""
+    step = _step_of(trace, services)
+    state = []
+    for setup in services:
+        scaler = setup.scaler
+        start = setup.fixed_replicas if scaler is None else (
+            scaler.idle_replicas if scaler.idle_replicas is not None else scaler.min_replicas)
+        state.append(_Service(setup, _SteadyStates(setup), trace.rows.get(setup.name, ()), start,
+                              [_Pod(0) for _ in range(start)], start))
+    by_pool = {pool.name: [s for s in state if s.setup.model.pool == pool.name] for pool in pools}
+    pool_state = {}
+    for pool in pools:
+        held = nodes_for_replicas(_pool_replicas(by_pool[pool.name]), pool.hardware)
+        pool_state[pool.name] = _Pool(pool, max(pool.floor_nodes, held))
+    for now in range(0, trace.end, step):
+        for service in state:
+            while service.row + 1 < len(service.rows) and service.rows[service.row + 1].time <= now:
+                service.row += 1
+            if service.setup.scaler is not None and now % service.setup.scaler.polling == 0:
+                _poll(service, now)
+        for name, members in by_pool.items():
+            pool = pool_state[name]
+            _reconcile(pool, members, now, step)
+            spot = max(0, pool.nodes - pool.setup.on_demand_nodes) / pool.nodes if pool.nodes else 0.0
+            for service in members:
+                service.pod_seconds_on_demand += len(service.pods) * step * (1 - spot)
+                service.pod_seconds_spot += len(service.pods) * step * spot
+        for service in state:
+            _serve(service, now, step)
+    return SimulationResult(trace.end, step, tuple(_result(s) for s in state))
+
+
+def _result(service: _Service) -> ServiceResult:
+    setup = service.setup
+    # Requests still queued at the end never got their first token in the replay: they count as missed.
+    attainment = service.met / service.arrived if service.arrived else 1.0
+    pod_hours = (service.pod_seconds_on_demand + service.pod_seconds_spot) / SECONDS_PER_HOUR
+
+    def percentile(samples: list[tuple[float, float]], share: float) -> float | None:
+        value = _weighted_percentile(samples, share)
+        return None if value is None or math.isinf(value) else round(value, 1)
+
+    return ServiceResult(
+        service=setup.name,
+        requests=round(service.arrived, 1),
+        slo_attainment=round(attainment, 6),
+        ttft_p50_ms=percentile(service.ttft, 0.5), ttft_p95_ms=percentile(service.ttft, 0.95),
+        itl_p50_ms=percentile(service.itl, 0.5), itl_p95_ms=percentile(service.itl, 0.95),
+        gpu_hours=round(pod_hours * setup.replica_gpus, 3),
+        usd=round((service.pod_seconds_on_demand * setup.replica_usd_per_hour
+                   + service.pod_seconds_spot * setup.replica_spot_usd_per_hour) / SECONDS_PER_HOUR, 2),
+        cold_starts=service.cold_starts,
+        scale_ups=service.scale_ups,
+        peak_queue=round(service.peak_queue, 1),
+        seconds_below_slo=service.seconds_below,
+    )
