@@ -105,7 +105,8 @@ def _validate_routes(args: StackValidationArgs, report: ReportViolation) -> None
             if key not in classes:
                 continue
             if classes[key] == AGENTGATEWAY_CLASS:
-                problem = _agentgateway_problem(key, agentgateway_policies)
+                problem = _route_override(route, agentgateway_policies) or _agentgateway_problem(
+                    key, agentgateway_policies)
             else:
                 problem = _gateway_problem(key, authorizations, authentications)
             if problem:
@@ -117,6 +118,53 @@ def _validate_routes(args: StackValidationArgs, report: ReportViolation) -> None
                 )
 
 
+ACCESS_FIELDS = ("authorization", "jwtAuthentication", "apiKeyAuthentication")
+
+
+def _route_override(route: PolicyResource, policies: Sequence[PolicyResource]) -> str | None:
+    """A policy on the route itself that sets an access field replaces the Gateway's: more precise policies win field
+    by field (agentgateway 75b4e6ce AgentgatewayPolicy CRD, traffic: "Gateway < Listener < Route < Route Rule")."""
+    namespace, name = _object(route)
+    for policy in policies:
+        refs = items(dig(policy.props, "spec", "targetRefs"))
+        on_route = _object(policy)[0] == namespace and any(
+            text(mapping(ref).get("kind")) == "HTTPRoute" and text(mapping(ref).get("name")) == name for ref in refs)
+        fields = [f for f in ACCESS_FIELDS if dig(policy.props, "spec", "traffic", f)]
+        if on_route and fields:
+            return (f"AgentgatewayPolicy {_object(policy)[1]} on the route sets {', '.join(fields)}, which replaces "
+                    "the Gateway's")
+    return None
+
+
+def top_level_disjuncts(expression: str) -> list[str]:
+    """A CEL expression split at its top-level `||` (outside parentheses, brackets and string literals)."""
+    parts, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(expression):
+        char = expression[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif expression.startswith("||", i) and depth == 0:
+            parts.append(expression[start:i])
+            start, i = i + 2, i + 1
+        i += 1
+    return [*parts, expression[start:]]
+
+
+def reads_identity(expression: str) -> bool:
+    """Whether every way the expression can be true reads a verified identity: each top-level alternative names
+    `jwt` or `apiKey` (an absent one is an error, and an error denies)."""
+    return all(VERIFIED_IDENTITY.search(part) for part in top_level_disjuncts(expression))
+
+
 def _agentgateway_problem(gateway: tuple[str, str], policies: Sequence[PolicyResource]) -> str | None:
     """Why requests without credentials can reach an agentgateway Gateway's routes, or None."""
     on_gateway = [p for p in policies if _targets_gateway(p, *gateway)]
@@ -126,7 +174,7 @@ def _agentgateway_problem(gateway: tuple[str, str], policies: Sequence[PolicyRes
         return "no AgentgatewayPolicy with an Allow authorization targets the Gateway, so agentgateway lets every " \
                "request through"
     expressions = [text(e).strip() for a in allows for e in items(dig(a, "policy", "matchExpressions"))]
-    anonymous = [e for e in expressions if e != NEVER and not VERIFIED_IDENTITY.search(e)]
+    anonymous = [e for e in expressions if e != NEVER and not reads_identity(e)]
     if anonymous:
         return f"Allow rule {anonymous[0]!r} reads no verified identity (jwt or apiKey), so it matches requests " \
                "without credentials"

@@ -141,9 +141,20 @@ PRIVATE_JWK = re.compile(r'"d"\s*:')
 # agentgateway's policies state rules in CEL (agentgateway/agentgateway schema/cel.md): an expression comparing a
 # credential header with a string holds the credential; its API keys belong in a Secret the policy references.
 AGENTGATEWAY_PREFIX = "kubernetes:agentgateway.dev/"
-CEL_CREDENTIAL_COMPARISON = re.compile(
-    r"""request\.headers\[\s*["'](authorization|x-api-key|api-key|apikey|proxy-authorization)["']\s*\]\s*(==|!=|in\b)""",
+_CEL_HEADER = r"""request\.headers\[\s*["'](?:authorization|x-api-key|api-key|apikey|proxy-authorization)["']\s*\]"""
+_CEL_STRING = r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'"""
+# A credential header compared with a string in either order, in a list of strings, or tested with a string method.
+CEL_CREDENTIAL_LITERAL = re.compile(
+    rf"{_CEL_HEADER}\s*(?:==|!=|in\s*\[)\s*(?:{_CEL_STRING})"
+    rf"|(?:{_CEL_STRING})\s*(?:==|!=)\s*{_CEL_HEADER}"
+    rf"|{_CEL_HEADER}\s*\.\s*(?:startsWith|endsWith|contains|matches)\s*\(\s*(?:{_CEL_STRING})",
     re.IGNORECASE)
+
+
+def cel_credential_literal(expression: str) -> bool:
+    """Whether a CEL expression holds a credential: a credential header compared with, or tested against, a
+    string keeps that string (the key) in the clear."""
+    return CEL_CREDENTIAL_LITERAL.search(expression) is not None
 
 
 def _gateway_security_literals(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -156,7 +167,7 @@ def _gateway_security_literals(args: ResourceValidationArgs, report: ReportViola
     where = f"{kind} {text(metadata.get('namespace'), '-')}/{text(metadata.get('name'), args.name)}"
     if agentgateway:
         for path, value in leaves(spec):
-            if isinstance(value, str) and CEL_CREDENTIAL_COMPARISON.search(value):
+            if isinstance(value, str) and cel_credential_literal(value):
                 report(f"{where} spec.{dotted(path)} compares a credential header with a literal: the credentials "
                        "are readable by anyone who can read the policy. To fix: keep the keys in a Secret "
                        "(gateway.auth.api_key_secret) or authenticate with gateway.auth.jwt.")

@@ -37,7 +37,7 @@ import pytest
 from kube_validation import assert_valid
 from inferstack.serving import agentgateway_edge as edge
 from inferstack.spec import SpecError, StackSpec
-from inferstack.spec.edge import route_tenant_refusals
+from inferstack.spec.edge import implementation_refusals
 from inferstack.stacks import load_stack
 from inferstack.validation import validate
 
@@ -260,7 +260,7 @@ def test_a_service_with_more_tenants_than_a_route_keeps_apart_is_refused():
     error = caught.value
     assert error.path == "gateway.auth.tenants" and "17 tenants may call model service 'bge-embed'" in str(error)
     assert "To fix" in str(error)
-    assert not route_tenant_refusals(stack(api_key_secret=KEY_SECRET).gateway.auth, "agentgateway")
+    assert not implementation_refusals(stack(api_key_secret=KEY_SECRET).gateway.auth, "agentgateway")
 
 
 def _coalesce(expression: str, context: dict[str, Any]) -> Any:

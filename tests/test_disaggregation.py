@@ -127,11 +127,11 @@ def test_the_picker_runs_llm_d_p_d_scheduling(rendered, stack):
     assert set(profiles) == {"prefill", "decode"}
     assert profiles["prefill"][:2] == ["prefill-filter", "max-score-picker"]
     assert profiles["decode"][:2] == ["decode-filter", "max-score-picker"]
-    # Every plugin is named by a profile, the handler or its decider, or flow control's bands (the fairness policy).
-    bands = {config["flowControl"][band]["fairnessPolicyRef"]
-             for band in ("defaultPriorityBand", "defaultNegativePriorityBand")}
+    # Every plugin is named by a profile, the handler or its decider, or flow control (fairness policy, detector).
+    flow = config["flowControl"]
+    controls = {flow["defaultPriorityBand"]["fairnessPolicyRef"], flow["saturationDetector"]["pluginRef"]}
     referenced = {ref for refs in profiles.values() for ref in refs} | {"prefix-based-pd-decider", "disagg-profile-handler"}
-    assert referenced | bands == set(types)
+    assert referenced | controls == set(types)
     assert "&id" not in config_map["data"]["plugins.yaml"]
 
 

@@ -216,6 +216,14 @@ def test_agentgateway_authentication_passes_both_rules(tmp_path, capsys):
         (lambda resources, policy: [policy["inputs"]["spec"]["traffic"].pop(field)
                                     for field in ("jwtAuthentication", "apiKeyAuthentication")],
          "no jwtAuthentication or apiKeyAuthentication verifies either"),
+        (lambda resources, policy: policy["inputs"]["spec"]["traffic"]["authorization"]["policy"][
+            "matchExpressions"].append('true || jwt.sub == ""'),
+         "reads no verified identity (jwt or apiKey)"),
+        (lambda resources, policy: next(
+            r for r in resources if r["type"].endswith(":AgentgatewayPolicy")
+            and r["inputs"]["metadata"]["name"] == "llama-8b-fp8")["inputs"]["spec"]["traffic"].update(
+                authorization={"action": "Allow", "policy": {"matchExpressions": ["true"]}}),
+         "AgentgatewayPolicy llama-8b-fp8 on the route sets authorization, which replaces the Gateway's"),
     ],
 )
 def test_an_agentgateway_route_reachable_without_credentials_fails_authenticated_routes(tmp_path, capsys, edit,
@@ -227,12 +235,18 @@ def test_an_agentgateway_route_reachable_without_credentials_fails_authenticated
     assert expected in messages(report, "authenticated-routes")
 
 
-def test_an_api_key_in_an_agentgateway_rule_fails_no_literal_secrets(tmp_path, capsys):
-    """A CEL comparison of a credential header with a string (agentgateway schema/cel.md request.headers) holds the
-    key in the clear."""
+@pytest.mark.parametrize("expression", [
+    'jwt.tenant == "search" && request.headers["x-api-key"] == "team-a-8f3k2j4h5g6f7d8s"',
+    '"team-a-8f3k2j4h5g6f7d8s" == request.headers["x-api-key"]',
+    'request.headers["authorization"].contains("8f3k2j4h5g6f7d8s")',
+    "request.headers['x-api-key'] in ['team-a-8f3k2j4h5g6f7d8s']",
+])
+def test_an_api_key_in_an_agentgateway_rule_fails_no_literal_secrets(tmp_path, capsys, expression):
+    """A CEL comparison of a credential header with a string, in either order or by a string method (agentgateway
+    schema/cel.md request.headers), holds the key in the clear."""
     resources = json.loads(_agentgateway_rendered())
     _access_policy(resources)["inputs"]["spec"]["traffic"]["authorization"]["policy"]["matchExpressions"].append(
-        'jwt.tenant == "search" && request.headers["x-api-key"] == "team-a-8f3k2j4h5g6f7d8s"')
+        expression)
     code, report = check(resources, tmp_path, capsys)
     assert code == 1 and "no-literal-secrets" in failing(report)
     assert "compares a credential header with a literal" in messages(report, "no-literal-secrets")

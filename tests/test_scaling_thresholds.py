@@ -73,7 +73,9 @@ def test_an_slo_without_a_stated_target_scales_on_running_sequences_at_the_deriv
 
 
 def test_the_headroom_lets_a_ramp_at_the_stated_growth_reach_the_slo_load_as_the_new_replica_serves():
-    """trigger = r_slo / (1 + g)^(reaction / 60) / (1 + tolerance); reaction = polling + a cold start on a new node."""
+    """trigger load = r_slo / (1 + g)^(reaction / 60), reaction = polling + a cold start on a new node; the HPA acts
+    once the metric passes target x (1 + tolerance) (kubernetes.io docs, horizontal-pod-autoscale, "Algorithm
+    details"), so the target is the metric at the trigger load / (1 + tolerance)."""
     spec = _chat(traffic_growth_per_minute=0.1, polling_interval_seconds=30)
     model = spec.models[CHAT]
     hardware = PoolHardware(spec.pool(model.pool))
@@ -82,10 +84,13 @@ def test_the_headroom_lets_a_ramp_at_the_stated_growth_reach_the_slo_load_as_the
     assert derived.reaction_seconds == pytest.approx(30 + cold_start)
     assert derived.growth == pytest.approx(1.1 ** ((30 + cold_start) / 60))
     assert derived.slo_rate == pytest.approx(replica_capacity(role_of(model, model, hardware)))
-    # Where the HPA first acts, grown for the reaction time, is the SLO load.
-    assert derived.trigger_rate * (1 + HPA_TOLERANCE) * derived.growth == pytest.approx(derived.slo_rate)
+    # Where the HPA first acts, grown for the reaction time, is the SLO load; there the metric is target x 1.1.
+    assert derived.trigger_rate * derived.growth == pytest.approx(derived.slo_rate)
+    role = role_of(model, model, hardware)
+    at_trigger = metric_at(role, "running_sequences", derived.trigger_rate)
+    assert derived.threshold == pytest.approx(at_trigger / (1 + HPA_TOLERANCE), abs=0.05)
     flat = derive_threshold(_chat(traffic_growth_per_minute=0.0).models[CHAT], model, hardware)
-    assert flat.trigger_rate == pytest.approx(flat.slo_rate / (1 + HPA_TOLERANCE))
+    assert flat.trigger_rate == pytest.approx(flat.slo_rate)
     assert flat.threshold > derived.threshold
 
 
@@ -188,3 +193,12 @@ def test_an_unreachable_slo_stops_the_cli_with_exit_2_and_one_line(tmp_path):
     text = edited(PROD, ("slo=LatencySlo(ttft_ms=500, itl_ms=40)", "slo=LatencySlo(ttft_ms=500, itl_ms=1)"))
     message = refused_stack_file(stacks, tmp_path / "out", "prod.py", text)
     assert "slo.itl_ms: 1 ms is below one decode step alone" in message and not (tmp_path / "out").exists()
+
+
+def test_a_growth_that_leaves_a_target_below_one_is_refused_at_its_field():
+    """Kubernetes refuses an HPA target that is not positive (pkg/apis/autoscaling/validation/validation.go
+    validateMetricTarget: averageValue "must be positive"); below one sequence it would scale on any load."""
+    with pytest.raises(SpecError) as caught:   # the stack's validation runs the check
+        _chat(traffic_growth_per_minute=5)
+    assert caught.value.path == f"models[{CHAT}].autoscaling.traffic_growth_per_minute"
+    assert "below one" in str(caught.value) and "To fix" in str(caught.value)

@@ -33,8 +33,10 @@ from inferstack.cli import main
 from inferstack.planning import kv_offload, lora, speculative
 from inferstack.planning.sizing import GIB, fit
 from inferstack.serving.gateway import (
-    FAIRNESS_POLICY, HOST_TIER_PRODUCER, HOST_TIER_SCORER, http_route_spec, picker_config,
+    FAIRNESS_POLICY, HOST_TIER_PRODUCER, HOST_TIER_SCORER, SATURATION_DETECTOR, http_route_spec, picker_config,
 )
+
+SATURATION = {"queueDepthThreshold": 5, "kvCacheUtilThreshold": 0.8}
 from inferstack.serving.vllm_args import engine_args
 from inferstack.spec import StackSpec
 from inferstack.spec.pools import PoolHardware
@@ -175,7 +177,7 @@ def test_adapters_are_routed_by_name(stack):
     model = service(stack, "llama-8b-lora")
     matches = http_route_spec(stack, model)["rules"][0]["matches"]
     assert [m["headers"][0]["value"] for m in matches] == ["llama-8b-lora", "support-agent", "sql-writer", "summarizer"]
-    config = yaml.safe_load(picker_config(model, True, 300))
+    config = yaml.safe_load(picker_config(model, True, 300, SATURATION))
     assert {"pluginRef": "lora-affinity-scorer", "weight": 2} in config["schedulingProfiles"][0]["plugins"]
 
 
@@ -209,7 +211,7 @@ def test_the_tier_flag_and_the_pickers_second_index(stack):
     model = service(stack, "qwen-14b-tiered")
     args = engine_args(model, hardware(stack, model))
     assert args[args.index("--kv-offloading-size") + 1] == "48"
-    config = yaml.safe_load(picker_config(model, True, 300))
+    config = yaml.safe_load(picker_config(model, True, 300, SATURATION))
     producer = next(p for p in config["plugins"] if p.get("name") == HOST_TIER_PRODUCER)
     # Qwen3 14B, FP8 KV: 2 x 40 layers x 8 heads x 128 x 1 byte = 81920 B a token; the picker's blocks are 64 tokens
     # at least (approximateprefix/plugin.go minBlockSizeTokens).
@@ -219,16 +221,16 @@ def test_the_tier_flag_and_the_pickers_second_index(stack):
     assert scorer["parameters"] == {"prefixMatchInfoProducerName": HOST_TIER_PRODUCER}
     refs = {p["pluginRef"] for p in config["schedulingProfiles"][0]["plugins"]}
     assert {HOST_TIER_SCORER, "prefix-cache-scorer"} <= refs
-    # Every profile entry names a declared plugin; the producer is named by a scorer, the fairness policy by flow
-    # control's bands.
+    # Every profile entry names a declared plugin; the producer is named by a scorer, the fairness policy and the
+    # saturation detector by flow control.
     names = {p.get("name", p["type"]) for p in config["plugins"]}
-    assert refs <= names and names - refs == {HOST_TIER_PRODUCER, FAIRNESS_POLICY}
+    assert refs <= names and names - refs == {HOST_TIER_PRODUCER, FAIRNESS_POLICY, SATURATION_DETECTOR}
     assert config["flowControl"]["defaultPriorityBand"]["fairnessPolicyRef"] == FAIRNESS_POLICY
 
 
 def test_without_prefix_routing_the_tier_gets_no_index(stack):
     model = service(stack, "qwen-14b-tiered")
-    config = yaml.safe_load(picker_config(model, False, 300))
+    config = yaml.safe_load(picker_config(model, False, 300, SATURATION))
     assert all(p.get("name") != HOST_TIER_PRODUCER for p in config["plugins"])
 
 

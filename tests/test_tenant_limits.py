@@ -69,9 +69,13 @@ class Gateway:
         (authentication,) = [o for o in objects if o["kind"] == "RequestAuthentication"]
         (rule,) = authentication["spec"]["jwtRules"]
         self.claim_headers = {c["header"]: c["claim"] for c in rule["outputClaimToHeaders"]}
-        route = _patch(_envoy_filter(objects, names.gateway_rate_limits(spec)), "HTTP_ROUTE")
+        limits = _envoy_filter(objects, names.gateway_rate_limits(spec))
+        route = _patch(limits, "HTTP_ROUTE")
+        # A route's own typed_per_filter_config would give each route (each name a service answers to) buckets of
+        # its own (envoyproxy/envoy#14732); the buckets are the filter's, shared by every route.
+        assert set(route["patch"]["value"]) == {"route"}
         self.rate_limits = route["patch"]["value"]["route"]["rate_limits"]
-        config = route["patch"]["value"]["typed_per_filter_config"][gateway.LOCAL_RATE_LIMIT_FILTER]["value"]
+        config = _patch(limits, "HTTP_FILTER")["patch"]["value"]["typed_config"]["value"]
         self.always_default = config["always_consume_default_token_bucket"]
         self.buckets = {tuple((e["key"], e["value"]) for e in d["entries"]): d["token_bucket"]["max_tokens"]
                         for d in config["descriptors"]}
@@ -175,10 +179,39 @@ def test_the_picker_queues_each_tenant_apart_by_priority(prod, prod_objects):
         assert "flowControl" in config["featureGates"]
         declared = {p.get("name", p["type"]) for p in config["plugins"]}
         flow = config["flowControl"]
-        for band in (flow["defaultPriorityBand"], flow["defaultNegativePriorityBand"]):
-            assert band["fairnessPolicyRef"] == "round-robin-fairness-policy" in declared
+        assert flow["defaultPriorityBand"]["fairnessPolicyRef"] == "round-robin-fairness-policy" in declared
+        assert flow["saturationDetector"]["pluginRef"] in declared
         assert flow["defaultRequestTTL"] == f"{prod.gateway.request_timeout_seconds}s"
     assert gateway.FAIRNESS_HEADER == "x-llm-d-inference-fairness-id"
+
+
+def test_the_picker_holds_requests_only_past_where_the_scaler_fires(prod, prod_objects):
+    """With flow control on, the picker holds a saturated pool's requests itself: a pod's score is max(waiting /
+    queueDepthThreshold, KV use / kvCacheUtilThreshold) and the pool saturates at their average near 1 (llm-d-router
+    v0.10.0 saturationdetector/utilization/README.md, config.go defaults 5 and 0.8). The HPA scales only once the
+    metric exceeds its target by the tolerance (kubernetes.io docs, horizontal-pod-autoscale, "Algorithm details":
+    0.1). So vLLM's queue or KV use must be able to pass target x 1.1 below the detector's thresholds, or the scaler
+    never fires; with the defaults, prod's queue-depth target 8 and kv-cache target 0.8 never would."""
+    from inferstack.serving.autoscaling import scaler_metric
+
+    pickers = {o["metadata"]["name"]: yaml.safe_load(o["data"][gateway.EPP_CONFIG_FILE])
+               for o in prod_objects if o["kind"] == "ConfigMap" and gateway.EPP_CONFIG_FILE in o.get("data", {})}
+    checked = set()
+    for model in prod.models:
+        if model.pd_role == "prefill" or names.endpoint_picker(model) not in pickers:
+            continue
+        config = pickers[names.endpoint_picker(model)]
+        (detector,) = [p for p in config["plugins"]
+                       if p.get("name") == config["flowControl"]["saturationDetector"]["pluginRef"]]
+        assert detector["type"] == "utilization-detector"
+        limits, chosen = detector["parameters"], scaler_metric(prod, model)
+        fires_at = float(chosen.threshold) * 1.1
+        if chosen.metric in ("queue_depth", "epp_queue"):
+            assert limits["queueDepthThreshold"] > fires_at, model.name
+        if chosen.metric == "kv_cache":
+            assert fires_at < limits["kvCacheUtilThreshold"] <= 1.0, model.name
+        checked.add(chosen.metric)
+    assert {"queue_depth", "kv_cache", "epp_queue"} <= checked
 
 
 def test_the_plan_prints_limits_beside_capacity_and_warns_above_it(prod):
@@ -200,8 +233,26 @@ def test_the_plan_prints_limits_beside_capacity_and_warns_above_it(prod):
     text = console.export_text()
     assert "Tenant limits" in text and "50,000" in text
     warned = [str(message) for _, message in warnings.items]
-    assert any("tenant search may send llama-70b 50,000 requests/min" in m for m in warned)
-    assert not any("legal" in m for m in warned)
+    assert any("the tenants may send llama-70b 50,000 requests/min together" in m for m in warned)
+    assert not any("llama-70b-long" in m for m in warned)
+    services = {s["model"]: s for s in summary["services"]}
+    assert services["llama-70b"]["exceeds_capacity"] and not services["llama-70b-long"]["exceeds_capacity"]
+
+
+def test_the_warning_counts_every_tenant_of_a_service_together(prod):
+    """Two tenants each under a service's capacity can still admit more than it together."""
+    from inferstack.presentation.summary import edge, throughput
+
+    capacity = {r["model"]: r["capacity_requests_per_minute"] for r in throughput(prod)["models"] if "error" not in r}
+    half = int(capacity["llama-70b"] * 0.6)
+    tenants = [t.model_copy(update={"requests_per_minute": half}) for t in prod.gateway.auth.tenants]
+    tenants[1] = tenants[1].model_copy(update={"models": ["llama-70b-long", "llama-70b"]})
+    both = prod.model_copy(update={"gateway": prod.gateway.model_copy(update={
+        "auth": prod.gateway.auth.model_copy(update={"tenants": tenants})})})
+    summary = edge(both, throughput(both))
+    (service,) = [s for s in summary["services"] if s["model"] == "llama-70b"]
+    assert service["admitted_requests_per_minute"] == 2 * half and service["exceeds_capacity"]
+    assert all(limit["requests_per_minute"] < capacity["llama-70b"] for limit in summary["limits"])
 
 
 def test_capacity_is_what_max_replicas_carry_within_the_slo(prod):
@@ -231,3 +282,30 @@ def test_the_html_page_shows_the_endpoint_and_its_limits(prod):
     section = page[page.index('<h2 id="endpoint">'):page.index('<h2 id="serving">')]
     assert "search (llama-70b, llama-8b-fp8, bge-embed)" in section and "round-robin" in section
     assert "<td>legal</td><td>llama-70b-long</td><td class=\"num\">120</td>" in section
+
+
+def test_a_services_lora_adapters_share_its_bucket():
+    """Each name a service answers to is an Envoy route of its own; the buckets are the filter's, so a tenant's
+    requests for the service and its adapters spend one bucket (not one per route)."""
+    from inferstack.spec.edge import EdgeAuthSpec, JwtIssuerSpec, TenantSpec
+
+    serving = load_stack(STACKS, "serving")
+    auth = EdgeAuthSpec(jwt=JwtIssuerSpec(issuer="https://login.acme.example", audiences=["inference-prod"],
+                                          jwks_uri="https://login.acme.example/.well-known/jwks.json"),
+                        tenants=[TenantSpec(name="search", models=["llama-8b-lora"], requests_per_minute=3)])
+    spec = serving.model_copy(update={"gateway": serving.gateway.model_copy(update={"auth": auth})})
+    edge = Gateway(kubernetes_objects(run_stack(spec)), spec)
+    adapters = [adapter.name for adapter in spec.model_service("llama-8b-lora").lora_adapters]
+    sent = [edge.send(Request(name, token("search"))) for name in ("llama-8b-lora", adapters[0], adapters[1])]
+    assert sent == [200, 200, 200] and edge.send(Request(adapters[2], token("search"))) == 429
+
+
+def test_every_picker_control_header_a_client_could_steer_with_is_removed_at_the_edge(prod, prod_objects):
+    """llm-d-router v0.10.0 pkg/epp/util/request/headers.go InputControlHeaders, with metadata/consts.go
+    HeaderNames' deprecated aliases: the fairness id, the objective, the model-name rewrite, the endpoint subset and
+    the SLO hints (the video metadata describes the request itself and stays)."""
+    edge = Gateway(prod_objects, prod)
+    control = {"x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id", "x-gateway-inference-objective",
+               "x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite", "x-gateway-destination-endpoint-subset",
+               "x-llm-d-slo-ttft-ms", "x-slo-ttft-ms", "x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"}
+    assert control <= edge.removed   # the objective's current name is overwritten, not removed

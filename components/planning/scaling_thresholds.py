@@ -12,8 +12,8 @@ would break, less headroom for the time a new replica takes to serve:
   `growth = (1 + g) ** (reaction / 60)`;
 - the HPA acts only once the metric is more than its tolerance above target (HPA_TOLERANCE).
 
-So the threshold is the metric at `r_trigger = r_slo / growth / (1 + tolerance)` per replica: a ramp at the stated
-growth that crosses it reaches the SLO load just as the new replica serves.
+So the threshold is the metric at `r_trigger = r_slo / growth` per replica, divided by `1 + tolerance`: a ramp at the
+stated growth that makes the HPA act reaches the SLO load just as the new replica serves.
 
 The metric per role: a prefill engine on its outstanding prompt tokens (vLLM 0.33 exports no gauge of prompt tokens
 still to compute, vllm/v1/metrics/loggers.py:528-548 are request counts; every request in a prefill engine is a
@@ -67,9 +67,9 @@ class DerivedThreshold:
     """A scaler's metric and threshold per replica, with the figures it came from."""
 
     metric: DerivedMetric
-    threshold: float                    # the metric per replica at trigger_rate
+    threshold: float                    # the HPA target: the metric per replica at trigger_rate, less the tolerance
     slo_rate: float                     # requests/s one replica carries within the SLO
-    trigger_rate: float                 # requests/s per replica where the scaler acts
+    trigger_rate: float                 # requests/s per replica where the HPA acts (the metric passes target x 1.1)
     reaction_seconds: float             # polling interval + a new replica's cold start
     growth: float                       # traffic growth factor over reaction_seconds
     derivation: str                     # how, in words (the plan prints it)
@@ -166,10 +166,12 @@ def derive_threshold(engine: ModelServiceSpec, service: ModelServiceSpec, hardwa
     start = ready_seconds(engine)
     reaction = scaling.polling_interval_seconds + start
     growth = (1 + scaling.traffic_growth_per_minute) ** (reaction / 60)
-    trigger_rate = slo_rate / growth / (1 + HPA_TOLERANCE)
+    trigger_rate = slo_rate / growth
     metric = derived_metric(engine)
-    # Whole tokens, sequences to a tenth: the figure the ScaledObject states and the plan prints.
-    exact = metric_at(role, metric, trigger_rate)
+    # The HPA scales once the metric exceeds its target by the tolerance, so the target is the metric at the trigger
+    # load less the tolerance. Whole tokens, sequences to a tenth: the figure the ScaledObject states.
+    at_trigger = metric_at(role, metric, trigger_rate)
+    exact = at_trigger / (1 + HPA_TOLERANCE)
     threshold = float(round(exact)) if metric == "prompt_tokens" else round(exact, 1)
     at_slo = metric_at(role, metric, slo_rate)
     unit = "outstanding prompt tokens" if metric == "prompt_tokens" else "running sequences"
@@ -177,9 +179,10 @@ def derive_threshold(engine: ModelServiceSpec, service: ModelServiceSpec, hardwa
         f"the SLO ({_slo_words(role.slo)}) breaks at {slo_rate:.3g} req/s per replica ({at_slo:,.0f} {unit}); "
         f"a new replica serves {reaction:,.0f} s later ({scaling.polling_interval_seconds} s polling + "
         f"{start:,.0f} s cold start on a new node), while traffic growing "
-        f"{scaling.traffic_growth_per_minute * 100:g}%/min rises x{growth:.2f}; the HPA acts "
-        f"{HPA_TOLERANCE * 100:g}% above target: trigger at {slo_rate:.3g} / {growth:.2f} / {1 + HPA_TOLERANCE:g} = "
-        f"{trigger_rate:.3g} req/s per replica = {threshold:,g} {unit}"
+        f"{scaling.traffic_growth_per_minute * 100:g}%/min rises x{growth:.2f}: the trigger load is "
+        f"{slo_rate:.3g} / {growth:.2f} = {trigger_rate:.3g} req/s per replica ({at_trigger:,.1f} {unit}); the HPA "
+        f"acts {HPA_TOLERANCE * 100:g}% above target: target {at_trigger:,.1f} / {1 + HPA_TOLERANCE:g} = "
+        f"{threshold:,g} {unit}"
     )
     return DerivedThreshold(metric, threshold, slo_rate, trigger_rate, reaction, growth, derivation)
 
@@ -212,3 +215,14 @@ def check_slo_reachable(path: str, model: ModelServiceSpec, hardware: PoolHardwa
                 f"raise itl_ms to {math.ceil(step_ms * 10) / 10:g} or more, or serve on faster GPUs, a wider "
                 "tensor_parallel or a smaller checkpoint (quantization)",
             )
+    derived = derive_threshold(model, model, hardware)
+    if derived is not None and derived.threshold < 1:
+        # Kubernetes refuses an HPA target that is not positive (pkg/apis/autoscaling/validation validateMetricTarget),
+        # and a target below one sequence or token scales on any load at all.
+        raise SpecError(
+            f"{path}.autoscaling.traffic_growth_per_minute",
+            f"{model.autoscaling.traffic_growth_per_minute:g} compounds to x{derived.growth:.2f} over the "
+            f"{derived.reaction_seconds:,.0f} s a new replica takes to serve, which leaves a derived target of "
+            f"{derived.threshold:g} (below one)",
+            "lower traffic_growth_per_minute, or state autoscaling.metric and target",
+        )

@@ -421,15 +421,26 @@ def edge(spec: StackSpec, estimates: dict[str, Any]) -> dict[str, Any] | None:
     if not spec.gateway.enabled:
         return None
     transport_words, authentication = edge_summary(spec.gateway)
+    from inferstack.serving.gateway import GATEWAY_PODS, tenant_service_limits
+
     capacity = {row["model"]: row.get("capacity_requests_per_minute") for row in estimates["models"]}
+    pairs = tenant_service_limits(spec)
     limits = [
-        {"tenant": tenant.name, "model": name, "requests_per_minute": tenant.requests_per_minute,
-         "tokens_per_minute": tenant.tokens_per_minute, "capacity_requests_per_minute": capacity.get(name)}
-        for tenant in spec.gateway.auth.tenants for name in tenant.models
+        {"tenant": tenant.name, "model": model.name, "requests_per_minute": tenant.requests_per_minute,
+         "tokens_per_minute": tenant.tokens_per_minute, "capacity_requests_per_minute": capacity.get(model.name)}
+        for tenant, model in pairs
     ]
+    services = []
+    for name in dict.fromkeys(model.name for _, model in pairs):
+        # What the gateway admits: every tenant's limit together, on each gateway pod.
+        admitted = sum(t.requests_per_minute for t, m in pairs if m.name == name) * GATEWAY_PODS
+        held = capacity.get(name)
+        services.append({"model": name, "admitted_requests_per_minute": admitted, "gateway_pods": GATEWAY_PODS,
+                         "capacity_requests_per_minute": held,
+                         "exceeds_capacity": held is not None and admitted > held})
     return {"transport": transport_words, "tls_mode": spec.gateway.tls.mode, "authentication": authentication,
             "tenants": [{"name": t.name, "models": list(t.models)} for t in spec.gateway.auth.tenants],
-            "limits": limits, "fairness": fairness_summary(spec)}
+            "limits": limits, "services": services, "fairness": fairness_summary(spec)}
 
 
 def fairness_summary(spec: StackSpec) -> str:

@@ -622,11 +622,13 @@ def print_edge(edge: dict[str, Any], console: Console, warnings: Warnings) -> No
         table.add_row(limit["tenant"], limit["model"], f"{limit['requests_per_minute']:,}",
                   "-" if tokens is None else f"{tokens:,}",
                   "unknown (no traffic stated)" if capacity is None else f"{capacity:,.0f}")
-        if capacity is not None and limit["requests_per_minute"] > capacity:
-            warnings.add("gateway", f"tenant {limit['tenant']} may send {limit['model']} "
-                         f"{limit['requests_per_minute']:,} requests/min, more than its max replicas carry within "
-                         f"the SLO ({capacity:,.0f}/min): lower requests_per_minute or raise max_replicas")
     table.print(console)
+    for service in edge["services"]:
+        if service["exceeds_capacity"]:
+            warnings.add("gateway", f"the tenants may send {service['model']} {service['admitted_requests_per_minute']:,} "
+                         f"requests/min together ({service['gateway_pods']} gateway pod), more than its max replicas "
+                         f"carry within the SLO ({service['capacity_requests_per_minute']:,.0f}/min): lower "
+                         "requests_per_minute or raise max_replicas")
 
 
 def _ms(value: float | None, missing: str = "unbounded") -> str:

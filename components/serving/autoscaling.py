@@ -26,6 +26,7 @@ instead. Both counters carry the request's own model as `model_name` (director.g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,8 @@ import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
 from inferstack.planning.disaggregation import metric_labels
-from inferstack.planning.scaling_thresholds import derive_threshold
+from inferstack.planning.scaling_thresholds import HPA_TOLERANCE, derive_threshold
+from inferstack.planning.service_performance import workload_of
 from inferstack.serving import names, pods
 from inferstack.serving.model_service import ScaleTarget
 from inferstack.planning.sizing import load_seconds
@@ -86,6 +88,28 @@ def scaler_metric(spec: StackSpec, model: ModelServiceSpec) -> ScalerMetric:
     return ScalerMetric(metric, f"{DEFAULT_TARGETS[metric]:g}", "default")
 
 
+# The endpoint picker's flow control holds requests in the picker once its pool saturates: the utilization
+# detector's score per pod is max(waiting / queueDepthThreshold, KV use / kvCacheUtilThreshold), the pool's their
+# average, defaults 5 and 0.8 (llm-d-router v0.10.0 pkg/epp/framework/plugins/flowcontrol/saturationdetector/
+# utilization/README.md and config.go; pkg/epp/flowcontrol/README.md: "saturation no longer pushes excess requests
+# into each model server's local queue"). A scaler on vLLM's queue or KV use must be able to pass its target by the
+# HPA's tolerance before that, or it never fires: the detector's thresholds sit just above that point.
+SATURATION_QUEUE_DEFAULT, SATURATION_KV_DEFAULT = 5, 0.8
+SATURATION_KV_MARGIN = 0.02
+
+
+def saturation_thresholds(spec: StackSpec, model: ModelServiceSpec) -> dict[str, float]:
+    """The picker's utilization-detector parameters for a service, above what its scaler must see to scale up."""
+    chosen = scaler_metric(spec, model)
+    target = float(chosen.threshold)
+    queue, kv = SATURATION_QUEUE_DEFAULT, SATURATION_KV_DEFAULT
+    if chosen.metric in ("queue_depth", "epp_queue"):
+        queue = max(queue, math.floor(target * (1 + HPA_TOLERANCE)) + 1)
+    elif chosen.metric == "kv_cache":
+        kv = max(kv, min(1.0, round(target * (1 + HPA_TOLERANCE) + SATURATION_KV_MARGIN, 2)))
+    return {"queueDepthThreshold": queue, "kvCacheUtilThreshold": kv}
+
+
 def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) -> dict[str, Any]:
     """The engine's serving metric as a KEDA prometheus trigger."""
     chosen = scaler_metric(spec, model)
@@ -97,8 +121,7 @@ def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) ->
     elif chosen.metric == "running_sequences":
         query = f"sum(vllm:num_requests_running{{{engine}}})"
     elif chosen.metric == "prompt_tokens":
-        traffic = service_of(spec, model).traffic
-        prompt = traffic.mean_input_tokens - traffic.shared_prefix_tokens
+        prompt = workload_of(service_of(spec, model).traffic).computed_prompt_tokens
         query = f"sum(vllm:num_requests_running{{{engine}}} + vllm:num_requests_waiting{{{engine}}}) * {prompt}"
     elif chosen.metric == "kv_cache":
         query = f"avg(vllm:kv_cache_usage_perc{{{engine}}})"

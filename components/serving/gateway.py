@@ -45,14 +45,16 @@ from pulumi_kubernetes.yaml.v2 import ConfigFile
 from inferstack.catalog.charts import MANIFESTS, chart
 from inferstack.helm import helm_release
 from inferstack.planning import kv_offload
-from inferstack.serving import agentgateway_edge, disaggregation, names, pods
-from inferstack.serving.headers import DEPRECATED_PICKER_HEADERS, FAIRNESS_HEADER, MODEL_HEADER, OBJECTIVE_HEADER
+from inferstack.serving import agentgateway_edge, autoscaling, disaggregation, names, pods
+from inferstack.serving.headers import (
+    DEPRECATED_PICKER_HEADERS, FAIRNESS_HEADER, MODEL_HEADER, OBJECTIVE_HEADER, PICKER_CONTROL_HEADERS,
+)
 from inferstack.serving.inference_api import INFERENCE_GROUP, INFERENCE_POOL_API_VERSION
 from inferstack.serving.model_service import pool_selector
 from inferstack.serving.rbac import granted_role
 from inferstack.serving.vllm_args import VLLM_PORT
 from inferstack.spec import GatewaySpec, ModelServiceSpec, StackSpec
-from inferstack.spec.edge import ACM_CERTIFICATE_ANNOTATION, ACM_PORTS_ANNOTATION, JwtIssuerSpec
+from inferstack.spec.edge import ACM_CERTIFICATE_ANNOTATION, ACM_PORTS_ANNOTATION, JwtIssuerSpec, TenantSpec
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 OBJECTIVE_API_VERSION = "llm-d.ai/v1alpha2"
@@ -90,11 +92,17 @@ INTERNAL_LOAD_BALANCER = {
 }
 
 
-def picker_config(model: ModelServiceSpec, prefix_cache: bool, queue_seconds: int) -> str:
+SATURATION_DETECTOR = "saturation-detector"
+
+
+def picker_config(model: ModelServiceSpec, prefix_cache: bool, queue_seconds: int,
+                  saturation: Mapping[str, float]) -> str:
     """EndpointPickerConfig: queue depth and KV-cache use, plus prefix-cache affinity when on, LoRA affinity for a
     service with adapters, and a second prefix index for its host KV tier; flow control on, so a saturated pool's
     requests wait in the picker by their InferenceObjective's priority, each tenant's in its own queue taken in turn,
-    for at most `queue_seconds` (the route's timeout: past it the gateway has given up on them).
+    for at most `queue_seconds` (the route's timeout: past it the gateway has given up on them). The pool counts as
+    saturated at the `saturation` thresholds (autoscaling.saturation_thresholds: above where the service's scaler
+    fires, so requests held in the picker never hide the load from it).
 
     Flow control is off unless its feature gate is set (llm-d-router v0.10.0 pkg/epp/flowcontrol/README.md,
     "Enabling, disabling, and tuning"); a band's fairnessPolicyRef names a plugin instance of the config, and only the
@@ -128,14 +136,16 @@ def picker_config(model: ModelServiceSpec, prefix_cache: bool, queue_seconds: in
     profiles = [{"name": "default", "plugins": profile}]
     if model.disaggregation is not None:
         plugins, profiles = disaggregated_profiles(model, plugins, profile)
-    band = {"priority": 0, "fairnessPolicyRef": FAIRNESS_POLICY}   # a template: each priority gets its own band
+    # A template: each priority gets its own band; negative priorities fall back to it (registry/config.go).
+    band = {"priority": 0, "fairnessPolicyRef": FAIRNESS_POLICY}
+    detector = {"type": "utilization-detector", "name": SATURATION_DETECTOR, "parameters": dict(saturation)}
     config = {
         "apiVersion": "llm-d.ai/v1alpha1", "kind": "EndpointPickerConfig",
         "featureGates": ["flowControl"],
-        "plugins": [*plugins, {"type": FAIRNESS_POLICY}],
+        "plugins": [*plugins, {"type": FAIRNESS_POLICY}, detector],
         "schedulingProfiles": profiles,
         "flowControl": {"defaultRequestTTL": f"{queue_seconds}s", "defaultPriorityBand": band,
-                        "defaultNegativePriorityBand": dict(band)},
+                        "saturationDetector": {"pluginRef": SATURATION_DETECTOR}},
     }
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -256,11 +266,11 @@ def http_route_spec(spec: StackSpec, model: ModelServiceSpec) -> dict[str, Any]:
 # Headers only the endpoint picker may set, removed from every request the gateway receives: the routing sidecar's
 # (serving/disaggregation.py) and the picker's answer to the data plane, the endpoint a request goes to (GAIE
 # docs/proposals/004-endpoint-picker-protocol/README.md, "Destination Endpoint"), so a client's copy never reaches
-# the load balancer, not even where the picker fails open; and the picker's tenant and objective headers, which the
-# gateway sets itself from the verified token and the requested model.
+# the load balancer, not even where the picker fails open; the picker's tenant and objective headers, which the
+# gateway sets itself from the verified token and the requested model; and its other control headers.
 UNTRUSTED_ROUTING_HEADERS = (
     *disaggregation.SIDECAR_ROUTING_HEADERS, "x-gateway-destination-endpoint", FAIRNESS_HEADER,
-    *DEPRECATED_PICKER_HEADERS,
+    *DEPRECATED_PICKER_HEADERS, *PICKER_CONTROL_HEADERS,
 )
 
 
@@ -367,11 +377,17 @@ RATE_LIMIT_STATS = "inferstack_tenant_rate_limit"
 TENANT_DESCRIPTOR, SERVICE_DESCRIPTOR = "tenant", "service"
 
 
-def tenant_service_limits(spec: StackSpec) -> list[tuple[str, ModelServiceSpec, int]]:
-    """(tenant, model service, requests a minute) for every service a tenant may call that the stack has."""
+# The gateway's pods, each with its own local buckets: Istio's automated deployment and agentgateway's run one
+# unless told otherwise (istio.io docs, Kubernetes Gateway API task, "Automated Deployment"), and the stack says
+# nothing else.
+GATEWAY_PODS = 1
+
+
+def tenant_service_limits(spec: StackSpec) -> list[tuple[TenantSpec, ModelServiceSpec]]:
+    """(tenant, model service) for every service a tenant may call that the stack has."""
     services = {model.name: model for model in spec.models}
-    return [(tenant.name, services[name], tenant.requests_per_minute)
-            for tenant in spec.gateway.auth.tenants for name in tenant.models if name in services]
+    return [(tenant, services[name]) for tenant in spec.gateway.auth.tenants for name in tenant.models
+            if name in services]
 
 
 def _bucket(requests_per_minute: int) -> dict[str, Any]:
@@ -380,13 +396,15 @@ def _bucket(requests_per_minute: int) -> dict[str, Any]:
 
 
 def rate_limit_envoy_filter(spec: StackSpec, gateway_ref: dict[str, str]) -> dict[str, Any]:
-    """Per tenant and model service, a local rate limit on the gateway's routes (Istio EnvoyFilter, the pattern of
+    """Per tenant and model service, a local rate limit on the gateway (Istio EnvoyFilter after the pattern of
     istio/istio 1.30.3 samples/ratelimit/local-rate-limit-service.yaml): the filter inserted before the picker's
     ext_proc (after authentication and authorization, so the tenant header is the verified claim's and a refused
-    request spends nothing), and on every route the descriptors and the actions that make them. A request yields
-    (tenant, its fairness header) and (service, the service whose name or adapter the routing header names): each
-    (tenant, service) has its own bucket, so one tenant's burst spends only its own. Envoy answers 429 when the bucket
-    is empty (envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit: descriptors, token_bucket,
+    request spends nothing), holding the buckets itself, and on every route the actions that make a request's
+    descriptor: (tenant, its fairness header) and (service, the service whose name or adapter the routing header
+    names). The buckets sit in the filter's own config, not in each route's typed_per_filter_config, because a route's
+    config gets buckets of its own (envoyproxy/envoy#14732) and every name a service answers to is a route of its
+    own: one bucket per (tenant, service), shared by the service's adapters. Envoy answers 429 when it is empty
+    (envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit: descriptors, token_bucket, filter_enabled,
     always_consume_default_token_bucket; config.route.v3.RateLimit.Action request_headers, header_value_match)."""
     limits = tenant_service_limits(spec)
     actions = [
@@ -398,17 +416,18 @@ def rate_limit_envoy_filter(spec: StackSpec, gateway_ref: dict[str, str]) -> dic
         for model in spec.models if model.pd_role != "prefill" for requested in names.requested_models(model)
     ]
     enabled = {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}
-    route_config = {
+    limiter = {
         "stat_prefix": RATE_LIMIT_STATS,
         # Requests no descriptor matches spend this bucket only: the sum of every tenant's, so it never binds first.
-        "token_bucket": _bucket(sum(rpm for _, _, rpm in limits) or 1),
+        "token_bucket": _bucket(sum(tenant.requests_per_minute for tenant, _ in limits) or 1),
         "always_consume_default_token_bucket": False,
         "filter_enabled": {"runtime_key": f"{RATE_LIMIT_STATS}_enabled", **enabled},
         "filter_enforced": {"runtime_key": f"{RATE_LIMIT_STATS}_enforced", **enabled},
         "descriptors": [
-            {"entries": [{"key": TENANT_DESCRIPTOR, "value": tenant}, {"key": SERVICE_DESCRIPTOR, "value": model.name}],
-             "token_bucket": _bucket(rpm)}
-            for tenant, model, rpm in limits
+            {"entries": [{"key": TENANT_DESCRIPTOR, "value": tenant.name},
+                         {"key": SERVICE_DESCRIPTOR, "value": model.name}],
+             "token_bucket": _bucket(tenant.requests_per_minute)}
+            for tenant, model in limits
         ],
     }
     return {
@@ -418,14 +437,10 @@ def rate_limit_envoy_filter(spec: StackSpec, gateway_ref: dict[str, str]) -> dic
              "match": {"context": "GATEWAY", "listener": {"filterChain": {"filter": {
                  "name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": EXT_PROC_FILTER}}}}},
              "patch": {"operation": "INSERT_BEFORE", "value": {"name": LOCAL_RATE_LIMIT_FILTER, "typed_config": {
-                 "@type": TYPED_STRUCT_TYPE, "type_url": LOCAL_RATE_LIMIT_TYPE,
-                 "value": {"stat_prefix": RATE_LIMIT_STATS}}}}},
+                 "@type": TYPED_STRUCT_TYPE, "type_url": LOCAL_RATE_LIMIT_TYPE, "value": limiter}}}},
             {"applyTo": "HTTP_ROUTE",
              "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"route": {"action": "ANY"}}}},
-             "patch": {"operation": "MERGE", "value": {
-                 "route": {"rate_limits": actions},
-                 "typed_per_filter_config": {LOCAL_RATE_LIMIT_FILTER: {
-                     "@type": TYPED_STRUCT_TYPE, "type_url": LOCAL_RATE_LIMIT_TYPE, "value": route_config}}}}},
+             "patch": {"operation": "MERGE", "value": {"route": {"rate_limits": actions}}}},
         ],
     }
 
@@ -499,7 +514,8 @@ class ModelRoute(pulumi.ComponentResource):
             f"{name}-epp-config",
             metadata={"name": picker, "namespace": namespace, "labels": labels},
             data={EPP_CONFIG_FILE: picker_config(
-                model, spec.gateway.prefix_cache_routing, spec.gateway.request_timeout_seconds)},
+                model, spec.gateway.prefix_cache_routing, spec.gateway.request_timeout_seconds,
+                autoscaling.saturation_thresholds(spec, model))},
             opts=child,
         )
         Service(

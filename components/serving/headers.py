@@ -12,3 +12,12 @@ OBJECTIVE_HEADER = "x-llm-d-inference-objective"
 # tenant, so a client's own copies are removed at the edge.
 FAIRNESS_HEADER = "x-llm-d-inference-fairness-id"
 DEPRECATED_PICKER_HEADERS = ("x-gateway-inference-fairness-id", "x-gateway-inference-objective")
+# The picker's other control headers a client could set to steer it (llm-d-router v0.10.0
+# pkg/epp/util/request/headers.go InputControlHeaders, metadata/consts.go): the model name the server is sent
+# (a tenant would reach a model its authorization never saw), the SLO hints SLO-aware scheduling ranks by, and the
+# endpoint subset to pick from. The video metadata headers stay: they describe the request's own content.
+PICKER_CONTROL_HEADERS = (
+    "x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite",
+    "x-llm-d-slo-ttft-ms", "x-slo-ttft-ms", "x-llm-d-slo-tpot-ms", "x-slo-tpot-ms",
+    "x-gateway-destination-endpoint-subset",
+)

@@ -16,7 +16,7 @@ from inferstack.catalog.offerings import ec2_instance_types, region_zones
 from inferstack.spec.cluster import CreateCluster
 from inferstack.spec.cluster_access import check_cluster_access
 from inferstack.spec.cron import schedule_problem, time_zone_problem
-from inferstack.spec.edge import route_tenant_refusals, tenant_refusals
+from inferstack.spec.edge import implementation_refusals, tenant_refusals
 from inferstack.spec.errors import SpecError, did_you_mean, quoted, refusals_of
 from inferstack.spec.images import image_problem
 from inferstack.spec.pools import PoolHardware
@@ -38,7 +38,7 @@ def stack_refusals(spec: StackSpec) -> list[SpecError]:
         *_image_refusals(spec),
         *refusals_of(lambda: _check_cluster(spec)),
         *tenant_refusals(spec.gateway.auth, [m.name for m in spec.models if m.pd_role != "prefill"]),
-        *route_tenant_refusals(spec.gateway.auth, spec.gateway.implementation),
+        *implementation_refusals(spec.gateway.auth, spec.gateway.implementation),
     ]
 
 

@@ -155,7 +155,8 @@ class EdgeAuthSpec(Model):
                              "meaningless. To fix: drop allow_anonymous, or drop jwt, api_key_secret and tenants")
         if self.tenants and self.jwt is None and self.api_key_secret is None:
             raise ValueError("tenants are named by a claim of a verified token or by an API key, and neither a jwt "
-                             "issuer nor an api_key_secret is set. To fix: set jwt (issuer, audiences, jwks_uri)")
+                             "issuer nor an api_key_secret is set. To fix: set jwt (issuer, audiences, jwks_uri), or "
+                             "api_key_secret on agentgateway")
         names = [tenant.name for tenant in self.tenants]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
@@ -170,10 +171,23 @@ class EdgeAuthSpec(Model):
 MAX_ROUTE_TENANTS = 16
 
 
-def route_tenant_refusals(auth: EdgeAuthSpec, implementation: str) -> list[SpecError]:
-    """On agentgateway the API server would refuse the rate-limit policy of a service more tenants may call."""
-    if implementation != "agentgateway":
-        return []
+def implementation_refusals(auth: EdgeAuthSpec, implementation: str) -> list[SpecError]:
+    """What the gateway in use cannot check. Istio's verifies JWTs and counts requests in Envoy's local rate limit:
+    API keys (an external authorizer there) and token counts (known only when a response ends) are agentgateway's.
+    On agentgateway the API server would refuse the rate-limit policy of a service more tenants may call."""
+    if implementation == "istio":
+        refusals = [
+            SpecError(f"gateway.auth.tenants[{i}].tokens_per_minute",
+                      f"{tenant.tokens_per_minute} tokens a minute needs agentgateway, which counts each response's "
+                      "tokens; Istio's gateway counts requests only",
+                      "set gateway.implementation to 'agentgateway', or limit the tenant with requests_per_minute")
+            for i, tenant in enumerate(auth.tenants) if tenant.tokens_per_minute is not None
+        ]
+        if auth.api_key_secret is not None:
+            refusals.insert(0, SpecError(
+                "gateway.auth.api_key_secret", f"{auth.api_key_secret!r}: API keys are checked by agentgateway only; "
+                "Istio's gateway verifies JWTs", "set gateway.implementation to 'agentgateway', or use gateway.auth.jwt"))
+        return refusals
     callers = Counter(model for tenant in auth.tenants for model in dict.fromkeys(tenant.models))
     return [
         SpecError("gateway.auth.tenants",

@@ -39,22 +39,6 @@ class GatewaySpec(Model):
     )
     request_timeout_seconds: int = Field(300, ge=1, description="Route request timeout. Defaults to 300.")
 
-    @model_validator(mode="after")
-    def _what_istio_can_check(self) -> "GatewaySpec":
-        """Istio's gateway verifies JWTs and counts requests in Envoy's local rate limit; API keys (an external
-        authorizer there) and token counts (known only when a response ends) are agentgateway's."""
-        if self.implementation != "istio":
-            return self
-        if self.auth.api_key_secret is not None:
-            raise ValueError("auth.api_key_secret is checked by agentgateway only; Istio's gateway verifies JWTs. To "
-                             "fix: set implementation to 'agentgateway', or use auth.jwt")
-        counted = [i for i, tenant in enumerate(self.auth.tenants) if tenant.tokens_per_minute is not None]
-        if counted:
-            raise ValueError(f"auth.tenants[{counted[0]}].tokens_per_minute needs agentgateway, which counts each "
-                             "response's tokens; Istio's gateway counts requests only. To fix: set implementation to "
-                             "'agentgateway', or limit the tenant with requests_per_minute")
-        return self
-
     @property
     def listener_port(self) -> int:
         if self.port is not None:
