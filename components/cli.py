@@ -21,10 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def with_stack(name: str, help_text: str) -> argparse.ArgumentParser:
-        command = commands.add_parser(name, help=help_text)
-        command.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
-        command.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
-        return command
+        return _stack_command(commands, name, help_text)
 
     plan = with_stack("plan", "run the program on the embedded engine and summarise it")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -43,15 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stack_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
+    """A command on one stack: its name or file, and the folder it is looked up in."""
+    command = commands.add_parser(name, help=help_text)
+    command.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
+    command.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
+    return command
+
+
 def _add_simulate_command(commands) -> None:
-    simulate = commands.add_parser(
-        "simulate",
-        help="replay a traffic trace through what the stack deploys (KEDA and the HPA as rendered, pod starts, node "
+    simulate = _stack_command(
+        commands, "simulate",
+        "replay a traffic trace through what the stack deploys (KEDA and the HPA as rendered, pod starts, node "
         "provisioning, the throughput model): SLO attainment, latency, GPU hours and cost per service; compare with "
         "--set or --against and recommend the cheapest min_replicas meeting --attainment",
     )
-    simulate.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
-    simulate.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
     simulate.add_argument(
         "--trace", type=Path, required=True, metavar="FILE",
         help="CSV time_s,service,requests_per_second[,mean_input_tokens,mean_output_tokens]; each row holds until "
@@ -173,14 +176,12 @@ def _add_check_command(commands) -> None:
 
 
 def _add_diff_command(commands) -> None:
-    diff = commands.add_parser(
-        "diff",
-        help="what a change does before `pulumi up`: added, updated, replaced (and why), deleted resources, rolling "
+    diff = _stack_command(
+        commands, "diff",
+        "what a change does before `pulumi up`: added, updated, replaced (and why), deleted resources, rolling "
         "node groups, GPUs and $/h, downtime (exit 3 when a protected or GPU-serving resource is replaced, GPU nodes roll or drift under "
         "Karpenter, or GPU capacity is deleted while services serve)",
     )
-    diff.add_argument("stack", help="stack name (stacks/<name>.py) or a stack file path")
-    diff.add_argument("--stacks-dir", type=Path, help="folder of stack files (default: <project>/stacks)")
     diff.add_argument(
         "--against", required=True,
         help="a folder written by `inferstack render`, or a git revision whose stacks/<stack>.py is rendered "
