@@ -96,7 +96,9 @@ def _simulate(args: argparse.Namespace) -> int:
             other = load_validated(_stacks_dir(args.stacks_dir, args.against), args.against)
             compared = [(other.environment, other)]
         with errors_named_by(stack_file(stacks_dir, args.stack)):
-            reports = [report.report(name, args.trace, report.run(stack, report.read_trace(args.trace, stack)))
+            for _, stack in compared:
+                report.check_trace(trace, args.trace.name, stack)
+            reports = [report.report(name, args.trace, report.run(stack, trace))
                        for name, stack in [(validated.environment, validated), *compared]]
             recommendations = report.recommend(validated, trace, args.attainment)
     except (SpecError, StackNotFound) as error:

@@ -5,7 +5,8 @@ needs arrive as policy config: the offline runner passes them from the spec (pla
 or from plan.json (`throughput.models[].slo_capacity.replicas_needed`, the same figure). What the stack deploys
 decides the most replicas it can run: the maxReplicaCount of the KEDA ScaledObject that targets the service's
 workload, else the workload's own replicas (Kubernetes' default 1). The workload is the one labelled with the
-service's name (`app.kubernetes.io/name`, as serving/pods.selector_labels labels it).
+engine's name (`app.kubernetes.io/name`, as serving/pods.selector_labels labels it): a prefill/decode service is
+checked per role, each against its part of the SLO.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from inferstack.planning.disaggregation import service_of
 from inferstack.planning.scaling_thresholds import slo_capacity as service_slo_capacity
 from inferstack.policies.pools import RegisteredWorkload, workloads
 from inferstack.policies.props import items, mapping, text, whole
@@ -35,18 +37,21 @@ def spec_config(spec: StackSpec) -> dict[str, Any]:
     """The policy's config from a validated stack: the replicas each service's traffic needs within its SLO."""
     services = []
     for model in spec.models:
-        found = service_slo_capacity(model, PoolHardware(spec.pool(model.pool)))
+        found = service_slo_capacity(model, service_of(spec.models, model), PoolHardware(spec.pool(model.pool)))
         if found is not None:
             services.append({"service": model.name, "replicasNeeded": found.replicas_needed})
     return {SERVICES: services} if services else {}
 
 
 def plan_config(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The same config from a plan.json's throughput.models[].slo_capacity."""
+    """The same config from a plan.json's throughput.models[].slo_capacity (a prefill/decode service's per role,
+    under roles[])."""
     rows = items(mapping(plan.get("throughput")).get("models"))
+    engines = [(text(mapping(row).get("model")), row) for row in rows]
+    engines += [(text(mapping(role).get("engine")), role) for row in rows for role in items(mapping(row).get("roles"))]
     services = [
-        {"service": text(mapping(row).get("model")), "replicasNeeded": needed}
-        for row in rows
+        {"service": name, "replicasNeeded": needed}
+        for name, row in engines
         if (needed := whole(mapping(mapping(row).get("slo_capacity")).get("replicas_needed"))) is not None
     ]
     return {SERVICES: services} if services else {}

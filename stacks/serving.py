@@ -53,7 +53,7 @@ stack = StackSpec(
                 non_cached_tokens=256,                            # short or cached prompts prefill on the decoder
             ),
             autoscaling=AutoscalingSpec(min_replicas=1, max_replicas=2),
-            traffic=TrafficSpec(requests_per_second=6, mean_input_tokens=8000, mean_output_tokens=400),
+            traffic=TrafficSpec(requests_per_second=3, mean_input_tokens=8000, mean_output_tokens=400),
         ),
         ModelServiceSpec(
             name="llama-8b-lora",

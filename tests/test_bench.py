@@ -125,6 +125,6 @@ def test_bench_prints_a_plan_line_with_its_floor_the_fixed_mix_and_the_planner_a
 def test_the_simulate_line_replays_a_day_at_one_second(tmp_path):
     """The bench's `simulate` case: prod's services over the shipped day, interpolated to every second."""
     line = bench.simulation_line(ROOT / "stacks", tmp_path)
-    assert line["case"] == "simulate" and line["stack"] == "prod" and line["step_seconds"] == 1
+    assert line["case"] == "simulate" and line["stack"] == "prod" and line["trace_spacing_seconds"] == 1
     assert line["trace_seconds"] == 86_400 and line["services"] == 4
     assert line["seconds"] > 0 and isinstance(line["met"], bool)

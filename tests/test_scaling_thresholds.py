@@ -153,7 +153,7 @@ def test_an_slo_below_one_request_alone_is_refused_at_its_field_with_the_reachab
     spec = validate(load_stack(STACKS, "prod")).stack
     model = spec.models[CHAT].model_copy(update={"slo": slo})
     with pytest.raises(SpecError) as caught:
-        check_slo_reachable(f"models[{CHAT}]", model, PoolHardware(spec.pool(model.pool)))
+        check_slo_reachable(f"models[{CHAT}]", model, model, PoolHardware(spec.pool(model.pool)))
     error = caught.value
     assert error.path == f"models[{CHAT}].{field}"
     assert words in error.problem
@@ -164,7 +164,7 @@ def test_an_slo_below_one_request_alone_is_refused_at_its_field_with_the_reachab
 def test_a_reachable_slo_passes():
     spec = validate(load_stack(STACKS, "prod")).stack
     model = spec.models[CHAT]
-    check_slo_reachable(f"models[{CHAT}]", model, PoolHardware(spec.pool(model.pool)))
+    check_slo_reachable(f"models[{CHAT}]", model, model, PoolHardware(spec.pool(model.pool)))
 
 
 def test_a_prefill_role_on_prompt_tokens_needs_the_services_traffic():
@@ -202,3 +202,16 @@ def test_a_growth_that_leaves_a_target_below_one_is_refused_at_its_field():
         _chat(traffic_growth_per_minute=5)
     assert caught.value.path == f"models[{CHAT}].autoscaling.traffic_growth_per_minute"
     assert "below one" in str(caught.value) and "To fix" in str(caught.value)
+
+
+@pytest.mark.parametrize(("slo", "field", "words"), [
+    (LatencySlo(ttft_ms=1, itl_ms=50), "slo.ttft_ms", "its prefill engine: 1 ms is below one request's time to first"),
+    (LatencySlo(ttft_ms=2000, itl_ms=1), "slo.itl_ms", "1 ms is below one decode step alone"),
+])
+def test_each_prefill_decode_role_answers_for_its_part_of_an_unreachable_slo(slo, field, words):
+    """A disaggregated service's prefill engine computes its prompts (the TTFT), its decode engine the tokens after
+    (the ITL): each is held to its part, and the refusal lands on the service's slo field."""
+    with pytest.raises(SpecError) as caught:
+        _with_scaling("serving", 0, slo=slo, autoscaling={"metric": None, "target": None})
+    assert caught.value.path == f"models[0].{field}"
+    assert words in caught.value.problem

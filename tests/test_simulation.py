@@ -3,7 +3,7 @@
 The small stack is prod's llama-8b-fp8 alone on an on-demand L40S pool (one GPU a node, one replica a node),
 scaled by KEDA on queue depth (target 8, polling 15 s). Its figures come from the functions the plan uses: c, one
 replica's full-load request rate (load.at_concurrency at the admission limit), and S, a pod's start on a new node
-(creation_times.replica_parts). Steps are 15 s (the trace's spacing and the polling interval).
+(creation_times.replica_parts). The controllers act every 15 s (the HPA's sync and KEDA's polling interval).
 """
 
 from __future__ import annotations
@@ -89,31 +89,68 @@ def test_constant_load_under_capacity_meets_the_slo_without_scaling(tmp_path):
                                                    validated.stack)["replica"], abs=0.01)
 
 
-def test_a_step_above_one_replica_scales_up_after_polling_and_start_and_counts_the_wait_late(tmp_path):
-    """Worked by hand, rate R = 1.5c from t = 0, no SLO (a request is late when it queued; within a step requests
-    are served first in, first out, and those served in the step they arrive did not wait):
-    - poll at 0 reads an empty queue; step 0 serves 15c of its 22.5c, leaving 7.5c queued;
-    - poll at 15 reads 7.5c (> 8 x 1.1 waiting per replica): the HPA asks ceil(7.5c/8) > 2, KEDA's
-      maxReplicaCount 2 caps it; the pod needs a second node, so it serves at T = 15 + S rounded up to a step;
-    - until T one replica serves 15c a step and the queue grows 7.5c a step: step k serves max(0, 15c - 7.5c k) of
-      its own arrivals (15c, then 7.5c), and the queue peaks at 7.5c x T/15 = 0.5c x T;
-    - from T two replicas serve 30c against 22.5c arriving, the queue shrinks 7.5c a step, and the three steps
-      before it empties (at 2T - 15) serve 7.5c, 15c and 22.5c of their own arrivals; every later arrival is met.
-    So met = 45c + 22.5c x (N - 2T/15 + 1) of 22.5c x N over N steps, and requests were late in the steps from 15
-    to 2T - 15: 2T - 15 seconds. The trace ends 150 s after 2T, before the scale-down stabilization window
-    (>= 300 s) could act."""
-    validated = small()
+@pytest.mark.parametrize("polling", [15, 60])
+def test_a_step_above_one_replica_scales_up_after_the_hpa_sync_and_start_and_counts_the_wait_late(tmp_path, polling):
+    """Worked by hand, rate R = 1.5c from t = 0, no SLO (a request is late when it waited at all). The queue is a
+    fluid served first in, first out:
+    - the HPA's sync at 0 reads an empty queue; from 0 one replica serves c against 1.5c arriving, so the queue grows
+      0.5c a second and every request from 0 on waits;
+    - the sync at 15 reads 7.5c waiting (> 8 x 1.1 per replica): the HPA asks ceil(7.5c / 8) > 2, KEDA's
+      maxReplicaCount 2 caps it; the pod needs a second node and serves at T = 15 + S;
+    - the queue peaks at 0.5c x T; from T two replicas serve 2c against 1.5c and it drains by 0.5c a second, empty
+      at 2T; every request from 2T on is served as it arrives.
+    So the met share is (E - 2T) / E over a trace of E seconds, and the replicas served late requests without pause
+    from 0 to 2T: 2T seconds below the SLO. The trace ends 150 s after 2T, before the scale-down stabilization window
+    (>= 300 s) could act (Kubernetes horizontal-pod-autoscale, "Algorithm details" and "Stabilization window").
+    KEDA's pollingInterval does not delay it: from one replica up the HPA reads the metric at its own 15 s sync
+    (kube-controller-manager --horizontal-pod-autoscaler-sync-period; KEDA v2.20.2
+    apis/keda/v1alpha1/scaledobject_webhook.go:340 warns "PollingInterval is only relevant when minReplicaCount = 0 or
+    idleReplicaCount = 0 or useCachedMetrics is enabled"), so polling every 60 s replays the same."""
+    validated = small(polling_interval_seconds=polling)
     c = one_replica_rate(validated)
-    ready = STEP + math.ceil(start_seconds(validated, new_node=True) / STEP) * STEP
-    end = 2 * ready + 150
-    rate = 1.5 * c
-    result = replay(validated, write_trace(tmp_path / "t.csv", [(0, rate)], end))
-    steps = end // STEP
-    met = 45 * c + STEP * rate * (steps - 2 * ready // STEP + 1)
+    ready = STEP + start_seconds(validated, new_node=True)
+    end = math.ceil(2 * ready / STEP) * STEP + 150
+    result = replay(validated, write_trace(tmp_path / "t.csv", [(0, 1.5 * c)], end))
     assert (result.scale_ups, result.cold_starts) == (1, 1)
     assert result.peak_queue == pytest.approx(0.5 * c * ready, abs=0.1)
-    assert result.slo_attainment == pytest.approx(met / (STEP * rate * steps), abs=1e-6)
-    assert result.seconds_below_slo == 2 * ready - STEP
+    assert result.slo_attainment == pytest.approx((end - 2 * ready) / end, abs=1e-6)
+    assert result.seconds_below_slo == round(2 * ready)
+
+
+def resample(changes: list[tuple[int, float]], end: int, spacing: int) -> str:
+    rows = [(t, next(r for at, r in reversed(changes) if at <= t)) for t in range(0, end, spacing)]
+    return "time_s,service,requests_per_second\n" + "".join(f"{t},{SERVICE},{r!r}\n" for t, r in rows)
+
+
+@pytest.mark.parametrize("spacing", [60, 3, 1])
+def test_the_same_traffic_at_any_row_spacing_replays_the_same(tmp_path, spacing):
+    """The controllers act at their own intervals (the HPA's 15 s sync, KEDA's pollingInterval), not at the trace's
+    rows, and the queue is a fluid whose waits are continuous: traffic written as 5-minute rows and the same
+    piecewise rates as 1-minute, 3-second or 1-second rows give the same attainment, cost and TTFT percentiles (the
+    steady state is looked up per stretch, so TTFT may move by a rounding of the rate bucket)."""
+    validated = small(max_replicas=3)
+    c = one_replica_rate(validated)
+    changes = [(0, 0.5 * c), (300, 2.2 * c), (1200, 0.3 * c), (2100, 1.4 * c)]
+    coarse, fine = tmp_path / "coarse.csv", tmp_path / "fine.csv"
+    coarse.write_text(resample(changes, 3000, 300))
+    fine.write_text(resample(changes, 3000, spacing))
+    one, other = replay(validated, coarse), replay(validated, fine)
+    assert other.slo_attainment == pytest.approx(one.slo_attainment, abs=1e-4)
+    assert (other.usd, other.scale_ups, other.cold_starts) == (one.usd, one.scale_ups, one.cold_starts)
+    assert other.ttft_p95_ms == pytest.approx(one.ttft_p95_ms, rel=0.01)
+    assert other.peak_queue == pytest.approx(one.peak_queue, abs=0.5)
+
+
+def test_a_wait_is_the_backlog_ahead_over_the_serving_rate(tmp_path):
+    """The fluid queue by hand, one replica capped at max 1, no SLO: a 60-s burst at 2c grows the backlog by c a
+    second to 60c (its peak); then 0.5c arriving drains it by 0.5c a second, empty at 180 s. Every request that
+    arrived before 180 s waited (the one at position x of the burst arrives at x / 2c and gets its turn at x / c);
+    every later one is served as it arrives, so the met share is (600 - 180) x 0.5c of 120c + 540 x 0.5c."""
+    validated = small(max_replicas=1)
+    c = one_replica_rate(validated)
+    result = replay(validated, write_trace(tmp_path / "t.csv", [(0, 2 * c), (60, 0.5 * c)], 600))
+    assert result.peak_queue == pytest.approx(60 * c, abs=0.1)
+    assert result.slo_attainment == pytest.approx((600 - 180) * 0.5 * c / (120 * c + 540 * 0.5 * c), abs=1e-6)
 
 
 def test_zero_traffic_costs_the_plans_min_scale_and_starts_nothing(tmp_path):
@@ -184,10 +221,11 @@ def test_the_hpa_rule_per_metric_type():
     metric itself (KEDA docs, scaledobject-spec, triggers[].metricType)."""
     average = sim.Trigger("queue-depth", "AverageValue", 8, 0)
     value = sim.Trigger("kv-cache", "Value", 0.8, 0)
-    assert sim.metric_replicas(average, 40, 2) == 5          # 40 waiting over 2 replicas, 8 each: 5
-    assert sim.metric_replicas(average, 17, 2) == 2          # 8.5 each: within 10% of 8
-    assert sim.metric_replicas(value, 0.96, 3) == 4          # ceil(3 x 0.96 / 0.8) = ceil(3.6)
-    assert sim.metric_replicas(value, 0.2, 4) == 1
+    assert sim.metric_replicas(average, 40, 2, 10) == 5      # 40 waiting over 2 replicas, 8 each: 5
+    assert sim.metric_replicas(average, 17, 2, 10) == 2      # 8.5 each: within 10% of 8
+    assert sim.metric_replicas(value, 0.96, 3, 10) == 4      # ceil(3 x 0.96 / 0.8) = ceil(3.6)
+    assert sim.metric_replicas(value, 0.2, 4, 10) == 1
+    assert sim.metric_replicas(average, 1e300, 2, 10) == 10  # capped at maxReplicaCount before rounding
 
 
 def test_an_unknown_trigger_name_is_refused_by_name():
@@ -272,3 +310,113 @@ def test_bad_input_is_one_line_naming_it_and_exit_2(tmp_path, capsys, rows, extr
     message = captured.err.strip()
     assert "Traceback" not in message and message.count("\n") == 0, message
     assert message.startswith("inferstack: ") and "To fix:" in message and named in message, message
+
+
+def test_the_recommendation_tries_each_min_replicas_at_each_target_and_keeps_the_stack_on_a_tie(tmp_path):
+    """Worked by hand: at c/2 one replica never queues, so every candidate meets the SLO and costs one replica: the
+    cheapest is min_replicas 1, and among equal costs the stack's own target (nothing to change). Every
+    min_replicas from 1 to max_replicas is tried at each of TARGET_SCALES times the target."""
+    validated = small(max_replicas=2)
+    c = one_replica_rate(validated)
+    trace = report.read_trace(write_trace(tmp_path / "t.csv", [(0, c / 2)], 1800), validated)
+    (found,) = report.recommend(validated, trace, 0.99)
+    assert (found["min_replicas"], found["target"], found["target_now"]) == (1, 8.0, 8.0)
+    assert found["metric"] == "queue_depth" and found["target_source"] == "stated"
+    tried = {(t["min_replicas"], t["target"]) for t in found["tried"]}
+    assert tried == {(m, 8.0 * scale) for m in (1, 2) for scale in report.TARGET_SCALES}
+    assert all(t["slo_attainment"] == 1.0 for t in found["tried"])
+
+
+def test_a_trace_row_at_an_absurd_rate_or_with_a_byte_order_mark(tmp_path, capsys):
+    """A rate above MAX_REQUESTS_PER_SECOND is refused at its row (no float overflow in the replicas the HPA would
+    ask); a spreadsheet's UTF-8 export with a byte-order mark reads as the same header."""
+    stack = small_stack_file(tmp_path)
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,service,requests_per_second\n0,llama-8b-fp8,1\n15,llama-8b-fp8,1e308\n")
+    assert main(["simulate", str(stack), "--trace", str(trace)]) == EXIT_BAD_INPUT
+    assert "t.csv:3 requests_per_second" in capsys.readouterr().err
+    trace.write_bytes(b"\xef\xbb\xbftime_s,service,requests_per_second\n0,llama-8b-fp8,1\n15,llama-8b-fp8,1\n")
+    assert main(["simulate", str(stack), "--trace", str(trace), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["services"][0]["requests"] == 30.0
+
+
+def test_an_embedding_service_without_traffic_takes_one_output_token_within_its_context(tmp_path):
+    """An embedding (pooling) model generates no token after the prompt: where neither the trace row nor the service
+    states tokens, it takes one output token and a prompt cut to its max_model_len (prod's bge-embed: 512)."""
+    stack = load_validated(REPO / "stacks", "prod").stack
+    embed = next(m for m in stack.models if m.resolved_architecture.task != "generate")
+    assert report.default_tokens(embed) == (min(1024, embed.max_model_len - 1), 1)
+
+
+PD = "qwen-32b-pd"
+
+
+def pd_document(**traffic) -> dict:
+    """The serving stack's prefill/decode service alone on its H100 pool, no SLO."""
+    serving = load_validated(REPO / "stacks", "serving").written.model_dump(mode="json", exclude_unset=True)
+    model = next(m for m in serving["models"] if m["name"] == PD)
+    model["traffic"] = {**model["traffic"], **traffic}
+    serving["models"] = [model]
+    serving["node_pools"] = [p for p in serving["node_pools"] if p["name"] == model["pool"]]
+    return serving
+
+
+def pd_roles(validated) -> dict[str, sim.ServiceSetup]:
+    return {s.model.pd_role: s for s in report.setups(validated)[0]}
+
+
+def role_rate(setup: sim.ServiceSetup, tokens: tuple[int, int]) -> float:
+    """One replica's full-load request rate on the part of the request its role computes."""
+    states = sim._SteadyStates(setup)
+    return states.capacity(tokens)
+
+
+def test_a_prefill_decode_service_runs_its_requests_through_both_engines_in_tandem(tmp_path):
+    """Worked by hand, a P/D service at half of what one replica of either role carries, no SLO: every request
+    prefills on the prefill engine and goes on to the decode engine (its 8000-token prompt is above non_cached_tokens
+    256, llm-d-router pd-profile-handler), so both engines see every request, neither queues (attainment 1), and the
+    first token is the prefill engine's time to first token plus one decode step of the decode engine (vLLM's NIXL
+    connector loads the prompt's KV, disaggregation.role_workload)."""
+    base = validate(StackSpec.model_validate(pd_document()))
+    roles = pd_roles(base)
+    tokens = base.stack.models[0].traffic.mean_input_tokens, base.stack.models[0].traffic.mean_output_tokens
+    rate = 0.5 * min(role_rate(roles["prefill"], (tokens[0], roles["prefill"].default_tokens[1])),
+                     role_rate(roles["decode"], tokens))
+    validated = validate(StackSpec.model_validate(pd_document(requests_per_second=rate)))
+    trace = tmp_path / "t.csv"
+    trace.write_text(resample([(0, rate)], 1800, 300).replace(SERVICE, PD))
+    result = report.run(validated, report.read_trace(trace, validated))
+    decode, prefill = (next(r for r in result.services if r.service == name) for name in (PD, f"{PD}-prefill"))
+    assert prefill.requests == decode.requests == pytest.approx(rate * 1800, abs=0.1)
+    assert prefill.slo_attainment is None and decode.slo_attainment == 1.0
+    assert (decode.scale_ups, prefill.scale_ups, decode.peak_queue, prefill.peak_queue) == (0, 0, 0.0, 0.0)
+    first = sim._SteadyStates(roles["prefill"]).point((tokens[0], 2), rate).ttft
+    step = sim._SteadyStates(roles["decode"]).point(tokens, rate).itl
+    assert decode.ttft_p50_ms == pytest.approx((first + step) * 1000, rel=0.02)
+    assert result.total()["requests"] == decode.requests   # a request counted once, where it answers
+
+
+def test_a_short_prompt_skips_the_prefill_engine(tmp_path):
+    """A prompt below non_cached_tokens uncached tokens stays on the decode engine, which prefills it (llm-d-router
+    pd-profile-handler `nonCachedTokens`): the prefill engine gets none of the trace's requests."""
+    validated = validate(StackSpec.model_validate(pd_document()))
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,service,requests_per_second,mean_input_tokens,mean_output_tokens\n"
+                     f"0,{PD},0.5,200,100\n300,{PD},0.5,200,100\n")
+    result = report.run(validated, report.read_trace(trace, validated))
+    decode, prefill = (next(r for r in result.services if r.service == name) for name in (PD, f"{PD}-prefill"))
+    assert prefill.requests == 0.0 and decode.requests == pytest.approx(300.0)
+    assert decode.slo_attainment == 1.0
+
+
+def test_the_readme_prints_what_simulate_prints_for_the_shipped_day():
+    """The README's worked example is the replay's table for stacks/traces/prod-day.csv, byte for byte (the
+    recommendation lines after it are re-simulations this test leaves to the CLI tests)."""
+    readme = (REPO / "README.md").read_text()
+    command = "    $ inferstack simulate prod --trace stacks/traces/prod-day.csv\n"
+    shown = readme.split(command, 1)[1].split("\n\n", 1)[0].splitlines()
+    validated = load_validated(REPO / "stacks", "prod")
+    trace_path = REPO / "stacks" / "traces" / "prod-day.csv"
+    printed = report.as_text([report.report("prod", trace_path, report.run(validated, report.read_trace(
+        trace_path, validated)))], []).splitlines()
+    assert [line.removeprefix("    ") for line in shown[:len(printed)]] == printed

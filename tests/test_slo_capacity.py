@@ -23,7 +23,7 @@ from inferstack.policies.rules import POLICIES
 from inferstack.policies.runner import plan_policy_config, run_policies, spec_policy_config
 from inferstack.policies.slo_capacity import SERVICES, slo_capacity
 from inferstack.presentation.summary import throughput
-from inferstack.spec import StackSpec
+from inferstack.spec import LatencySlo, StackSpec
 from inferstack.spec.pools import PoolHardware
 from inferstack.stacks import load_stack
 from inferstack.validation import validate
@@ -59,7 +59,7 @@ def test_the_needed_replicas_are_the_traffic_over_what_one_replica_carries_withi
     spec = _prod()
     model = spec.models[CHAT]
     hardware = PoolHardware(spec.pool(model.pool))
-    found = service_slo_capacity(model, hardware)
+    found = service_slo_capacity(model, model, hardware)
     per_replica = replica_capacity(role_of(model, model, hardware))
     assert found.replicas_needed == -(-model.traffic.requests_per_second // per_replica)
     assert (found.max_replicas, found.holds) == (6, found.replicas_needed <= 6)
@@ -124,3 +124,23 @@ def test_traffic_the_max_replicas_cannot_carry_does_not_hold():
     row = next(r for r in throughput(spec)["models"] if r["model"] == "llama-8b-fp8")
     assert row["slo_capacity"]["holds"] is False
     assert row["slo_capacity"]["replicas_needed"] > row["slo_capacity"]["max_replicas"] == 6
+
+
+def test_a_prefill_decode_service_is_checked_per_role_from_the_spec_and_from_plan_json():
+    """Each role of a disaggregated service runs its own workload (the prefill LeaderWorkerSet or Deployment named
+    after its engine), so each is held to the replicas its part of the SLO needs; plan.json states them under the
+    service's roles[] and the policy's config reads the same figures from either source."""
+    spec = load_stack(STACKS, "serving")
+    service = spec.models[0]
+    assert service.disaggregation is not None
+    models = list(spec.models)
+    models[0] = service.model_copy(update={"slo": LatencySlo(ttft_ms=2000, itl_ms=50)})
+    spec = validate(spec.model_copy(update={"models": models})).stack
+    from_spec = spec_policy_config(spec)[slo_capacity.name][SERVICES]
+    engines = {entry["service"] for entry in from_spec}
+    assert {service.name, f"{service.name}-prefill"} <= engines
+    row = next(r for r in throughput(spec)["models"] if r["model"] == service.name)
+    assert {role["role"] for role in row["roles"]} == {"decode", "prefill"}
+    plan = {"throughput": {"models": throughput(spec)["models"]}}
+    from_plan = plan_policy_config(plan)[slo_capacity.name][SERVICES]
+    assert sorted(from_plan, key=lambda e: e["service"]) == sorted(from_spec, key=lambda e: e["service"])

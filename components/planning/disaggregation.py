@@ -38,13 +38,17 @@ from __future__ import annotations
 
 import json
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+from dataclasses import replace
 
 from inferstack.planning.attention import paired_backend
+from inferstack.planning.load import Workload
 from inferstack.spec import ModelServiceSpec
 from inferstack.spec.pools import PoolHardware
 
 PREFILL_SUFFIX = "-prefill"
+PREFILL_OUTPUT_TOKENS = 2   # a prefill engine's request as the load model runs it (role_workload)
 CONNECTOR = "NixlConnector"
 NIXL_BACKENDS = ("LIBFABRIC",)
 # vLLM's NIXL handshake listener (envs.py VLLM_NIXL_SIDE_CHANNEL_PORT default); the host is the pod's own IP.
@@ -67,6 +71,29 @@ def metric_labels(model: ModelServiceSpec) -> dict[str, str]:
     if model.pd_role is not None:
         labels[ROLE_METRIC_LABEL] = model.pd_role
     return labels
+
+
+def service_of(models: Sequence[ModelServiceSpec], engine: ModelServiceSpec) -> ModelServiceSpec:
+    """The service whose traffic and SLO an engine serves: a prefill engine's disaggregated service, else itself."""
+    return next((m for m in models if m.name == engine.pd_service), engine)
+
+
+def role_workload(role: str | None, workload: Workload, non_cached_tokens: int | None) -> Workload:
+    """What one engine of a prefill/decode service computes of the service's mean request.
+
+    A prefill engine computes the prompt and stops at its first token: modelled with two output tokens, because the
+    load model queues prompts for chunk steps only when a token follows the first (its one-token branch is a fluid
+    of partial prompts, no queue). A decode engine receives a prompt of at least non_cached_tokens uncached tokens
+    as KV: vLLM's NIXL connector loads every prompt token from the prefiller (vllm 0.33.0
+    distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py:402, `_get_remote_prefill_token_count`; the
+    back-off is for Mamba and multi-token drafts), and the scheduler recomputes the last one to sample the next
+    (v1/core/sched/scheduler.py:3515-3516: a full prompt hit sets num_computed_tokens to num_tokens - 1). A
+    shorter prompt the picker leaves to the decode engine, which prefills it itself."""
+    if role == "prefill":
+        return Workload(workload.input_tokens, PREFILL_OUTPUT_TOKENS, workload.cached_prefix_tokens)
+    if role == "decode" and non_cached_tokens is not None and workload.computed_prompt_tokens >= non_cached_tokens:
+        return replace(workload, transferred_tokens=workload.computed_prompt_tokens - 1)
+    return workload
 
 
 def prefill_name(service: str) -> str:

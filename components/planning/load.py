@@ -30,15 +30,18 @@ BISECTION_STEPS = 30   # halvings of the search interval: 2^-30 of it, far below
 
 @dataclass(frozen=True)
 class Workload:
-    """Mean request shape; `cached_prefix_tokens` of each prompt are served from the prefix cache."""
+    """Mean request shape; `cached_prefix_tokens` of each prompt are served from the prefix cache (held once, shared),
+    `transferred_tokens` arrive as KV from a prefill engine (a P/D decode engine holds them per sequence and computes
+    only the rest)."""
 
     input_tokens: int
     output_tokens: int
     cached_prefix_tokens: int = 0
+    transferred_tokens: int = 0
 
     @property
     def computed_prompt_tokens(self) -> int:
-        return self.input_tokens - self.cached_prefix_tokens
+        return self.input_tokens - self.cached_prefix_tokens - self.transferred_tokens
 
     @property
     def mean_context(self) -> float:
@@ -48,7 +51,7 @@ class Workload:
     @property
     def held_tokens(self) -> float:
         """KV tokens one running sequence holds on average; the cached prefix is held once, shared."""
-        return self.computed_prompt_tokens + self.output_tokens / 2
+        return self.computed_prompt_tokens + self.transferred_tokens + self.output_tokens / 2
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ def _step_mix(engine: Engine, workload: Workload, decoding: float, share: float,
     def step(prompt_tokens: float) -> StepTime:
         return step_time(
             engine.shard, engine.device, engine.constants, decoding=decoding, mean_context=workload.mean_context,
-            prompt_tokens=prompt_tokens, prompt_attended_context=workload.cached_prefix_tokens + prompt / 2,
+            prompt_tokens=prompt_tokens,
+            prompt_attended_context=workload.cached_prefix_tokens + workload.transferred_tokens + prompt / 2,
             running=decoding + (math.ceil(prompt_tokens / prompt) if prompt_tokens else 0),
         )
 

@@ -37,17 +37,17 @@ def _check_quantization(spec: StackSpec, index: int) -> None:
         raise SpecError(f"models[{index}].quantization", f"{model.quantization!r}: {found.problem}", found.fix)
 
 
-def check_model(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
+def check_model(path: str, model: ModelServiceSpec, service: ModelServiceSpec, hardware: PoolHardware) -> None:
     """A placed engine, first problem first: vLLM's refusals of its draft and adapters, its scheduler limits, its
     fit on the device, what it pre-fetches into the node cache, the replicas the pool can hold, and an SLO one request
-    alone can meet."""
+    alone can meet (the service's: a prefill engine answers for its service's TTFT)."""
     _check_serving_features(path, model, hardware)
     _check_attention_backend(path, model, hardware)
     _check_engine_limits(path, model, hardware)
     check_fit(path, model, hardware)
     check_cache_budget(path, model, hardware)
     _check_scaling_room(path, model, hardware)
-    check_slo_reachable(path, model, hardware)
+    check_slo_reachable(path, model, service, hardware)
 
 
 def _check_attention_backend(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:

@@ -20,8 +20,8 @@ still to compute, vllm/v1/metrics/loggers.py:528-548 are request counts; every r
 prompt, which stops at its first token, so outstanding prompt tokens are its running plus waiting requests times
 the traffic's computed prompt), any other engine on its running sequences (`vllm:num_requests_running`,
 loggers.py:528), which grow with both the decode batch and the prompts waiting for a first token. A prefill role is
-held to the service's TTFT, its decode role to its ITL (the model prices a decode engine's prompts too, so the
-decode role's figure is on the safe side).
+held to the service's TTFT, its decode role to its ITL, each on the part of the request it computes
+(disaggregation.role_workload: a decode engine holds the transferred prompt's KV and computes one token of it).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from inferstack.planning.creation_times import replica_parts
+from inferstack.planning.disaggregation import role_workload
 from inferstack.planning.load import Engine, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.service_performance import ALONE, capacity_at_slo, engine_for, workload_of
 from inferstack.planning.sizing import checkpoint_bytes
@@ -45,10 +46,6 @@ HPA_TOLERANCE = 0.1
 
 DerivedMetric = Literal["prompt_tokens", "running_sequences"]
 
-# A prefill engine's request is its prompt and one token. The load model queues prompts for chunk steps (M/D/1) only
-# when a token follows the first (its one-token branch is a fluid of partial prompts, no queue), so a prefill role
-# is modelled with one decode step more than it runs: two output tokens.
-PREFILL_OUTPUT_TOKENS = 2
 
 
 @dataclass(frozen=True)
@@ -92,13 +89,15 @@ class SloCapacity:
 
 def role_of(engine: ModelServiceSpec, service: ModelServiceSpec, hardware: PoolHardware) -> Role | None:
     """The engine under `service`'s traffic (the engine itself unless it is a prefill engine); None without traffic.
-    A prefill engine runs its prompts (PREFILL_OUTPUT_TOKENS) against the TTFT, a decode role answers for the ITL."""
+    A prefill engine runs its prompts against the TTFT, a decode role, with the prompts' KV transferred, answers
+    for the ITL (disaggregation.role_workload)."""
     traffic = service.traffic
     if traffic is None:
         return None
     workload, slo = workload_of(traffic), service.slo
+    workload = role_workload(engine.pd_role, workload,
+                             service.disaggregation.non_cached_tokens if service.disaggregation else None)
     if engine.pd_role == "prefill":
-        workload = Workload(traffic.mean_input_tokens, PREFILL_OUTPUT_TOKENS, traffic.shared_prefix_tokens)
         slo = None if slo is None or slo.ttft_ms is None else LatencySlo(ttft_ms=slo.ttft_ms)
     elif engine.pd_role == "decode":
         slo = None if slo is None or slo.itl_ms is None else LatencySlo(itl_ms=slo.itl_ms)
@@ -114,18 +113,17 @@ def replica_capacity(role: Role) -> float:
     return capacity_at_slo(role.engine, role.workload, role.slo, role.ranks, full.requests_per_second * role.ranks)
 
 
-def slo_capacity(model: ModelServiceSpec, hardware: PoolHardware) -> SloCapacity | None:
-    """Replicas the stated traffic needs within the SLO beside max_replicas; None without traffic, for a
-    prefill/decode service (its roles share the traffic apart) or when no replica count meets the SLO (refused)."""
-    if model.pd_role is not None:
-        return None
-    role = role_of(model, model, hardware)
+def slo_capacity(engine: ModelServiceSpec, service: ModelServiceSpec, hardware: PoolHardware) -> SloCapacity | None:
+    """Replicas of one engine (a service, or one prefill/decode role of it) the service's stated traffic needs within
+    the engine's part of the SLO, beside its max_replicas; None without traffic or when no replica count meets the
+    SLO (refused)."""
+    role = role_of(engine, service, hardware)
     if role is None:
         return None
     capacity = replica_capacity(role)
     if capacity <= 0:
         return None
-    return SloCapacity(math.ceil(role.requests_per_second / capacity), model.autoscaling.max_replicas)
+    return SloCapacity(math.ceil(role.requests_per_second / capacity), engine.autoscaling.max_replicas)
 
 
 def derived_metric(engine: ModelServiceSpec) -> DerivedMetric:
@@ -187,14 +185,15 @@ def derive_threshold(engine: ModelServiceSpec, service: ModelServiceSpec, hardwa
     return DerivedThreshold(metric, threshold, slo_rate, trigger_rate, reaction, growth, derivation)
 
 
-def check_slo_reachable(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> None:
-    """An SLO below what one request alone reaches on the service's GPUs is refused at its field, with that figure:
-    no replica count meets it."""
-    slo, traffic = model.slo, model.traffic
-    if slo is None or traffic is None or model.pd_role is not None:
+def check_slo_reachable(path: str, model: ModelServiceSpec, service: ModelServiceSpec, hardware: PoolHardware) -> None:
+    """An SLO below what one request alone reaches on the engine's GPUs is refused at its field, with that figure:
+    no replica count meets it. Each prefill/decode role answers for its part (role_of): the prefill engine for the
+    TTFT, the decode engine for the ITL."""
+    role = role_of(model, service, hardware)
+    if role is None or role.slo is None:
         return
-    engine, workload = engine_for(model, hardware), workload_of(traffic)
-    alone = at_request_rate(engine, workload, traffic.requests_per_second / model.data_parallel * ALONE)
+    slo, traffic = role.slo, service.traffic
+    alone = at_request_rate(role.engine, role.workload, traffic.requests_per_second / role.ranks * ALONE)
     gpu = hardware.gpu.name
     first_ms = alone.first_token_seconds * 1000
     if slo.ttft_ms is not None and first_ms > slo.ttft_ms:
@@ -215,7 +214,7 @@ def check_slo_reachable(path: str, model: ModelServiceSpec, hardware: PoolHardwa
                 f"raise itl_ms to {math.ceil(step_ms * 10) / 10:g} or more, or serve on faster GPUs, a wider "
                 "tensor_parallel or a smaller checkpoint (quantization)",
             )
-    derived = derive_threshold(model, model, hardware)
+    derived = derive_threshold(model, service, hardware)
     if derived is not None and derived.threshold < 1:
         # Kubernetes refuses an HPA target that is not positive (pkg/apis/autoscaling/validation validateMetricTarget),
         # and a target below one sequence or token scales on any load at all.

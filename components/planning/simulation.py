@@ -1,18 +1,23 @@
 """`inferstack simulate`: a deterministic replay of a traffic trace through what a stack deploys.
 
-Time moves in fixed steps (the greatest common divisor of the trace's row spacing and the scalers' polling
-intervals, so a 1-second trace steps every second and a 5-minute one every 15 s); every other duration (a pod's
-start, a cooldown) ends at the first step boundary at or after it. Per step and service:
+The controllers act in fixed steps (the greatest common divisor of the HPA's sync period and the scalers' polling
+intervals), independent of the trace's resolution; a cooldown ends at the first step boundary at or after it.
+Between controller actions the queue is a fluid: within each stretch of constant arrival rate and ready replicas
+(split at trace rows and at the moment a pod becomes ready, to the second it does), requests arrive evenly, the ready replicas serve at
+most their full-load rate (load.at_concurrency at the admission limit), first in, first out, and a request's wait
+is the backlog ahead of it over that rate, so waits are continuous and the same traffic written at any row spacing
+replays the same. A request's time to first token is the steady state of a replica at the stretch's served rate
+(load.at_request_rate, looked up per (workload, rate bucket of 1/RATE_BUCKETS of full load, rounded up)) plus its
+wait. Per step and service:
 
-* requests arrive at the trace's rate; the ready replicas serve at most their full-load rate (load.at_concurrency
-  at the admission limit); the rest queue first in, first out, and a queued request's time to first token
-  includes its wait. Each served share takes the steady state of a replica at the share's rate
-  (load.at_request_rate), looked up per (workload, rate bucket of 1/RATE_BUCKETS of full load, rounded up);
-* KEDA polls every pollingInterval and the HPA turns each trigger into replicas (metric_replicas); scale-down
+* the HPA evaluates every HPA_SYNC_SECONDS and turns each trigger into replicas (metric_replicas); scale-down
   waits for the stabilization window and its policies, scale-up takes the HPA's default policies (HPA_SCALE_UP);
-  at zero, any trigger above its activationThreshold wakes the service, and it idles at idleReplicaCount once every
-  trigger has stayed at or below activation for cooldownPeriod (KEDA docs, "ScaledObject specification",
-  https://keda.sh/docs/2.20/reference/scaledobject-spec/: the KEDA catalog/charts.json pins, 2.20.2);
+* KEDA polls every pollingInterval for activation: at zero, any trigger above its activationThreshold wakes the
+  service, and it idles at idleReplicaCount once every trigger has stayed at or below activation for cooldownPeriod
+  (KEDA docs, "ScaledObject specification", https://keda.sh/docs/2.20/reference/scaledobject-spec/: the KEDA
+  catalog/charts.json pins, 2.20.2; KEDA's admission webhook warns "PollingInterval is only relevant when
+  minReplicaCount = 0 or idleReplicaCount = 0 or useCachedMetrics is enabled": 1 <-> N is the HPA's, which reads
+  the metric afresh at each sync);
 * a new pod starts on a node of its pool with room (warm when that node cached its weights, else a cold start
   without node boot) or on a node the node autoscaler adds, up to the pool's max_nodes (creation_times.replica_parts
   with new_node=True); past max_nodes it pends. A node no replica needs leaves after the autoscaler's empty-node
@@ -22,10 +27,15 @@ start, a cooldown) ends at the first step boundary at or after it. Per step and 
   of the pool pays the spot price (pro rata: the replay does not pin pods to nodes).
 
 A request meets the SLO when its modelled time to first token (queue wait included) and inter-token latency are
-within the service's slo; a service without one counts a request as met unless it queued beyond what the ready
-replicas carry. `seconds_below_slo` counts the seconds of the steps in which some request got its first token
-outside that rule. The replay starts with every service at its idle state (min replicas, or idleReplicaCount for a
-scale-to-zero one) on warm nodes, past KEDA's initialCooldownPeriod.
+within the service's slo; a service without one counts a request as met unless it waited in the queue.
+`seconds_below_slo` counts the seconds the replicas spent serving requests outside that rule. The replay starts with
+every service at its idle state (min replicas, or idleReplicaCount for a scale-to-zero one) on warm nodes, past
+KEDA's initialCooldownPeriod.
+
+A prefill/decode service is two engines in tandem, each with its own scaler, pods and pool: a request whose prompt
+goes to a prefill engine (ServiceSetup.rate) queues there, and when its prompt is computed (the prefill engine's
+time to first token) it joins the decode engine's queue in the order it left, its waits carried with it; the
+decode engine's row holds the service's latency and attainment.
 """
 
 from __future__ import annotations
@@ -33,11 +43,12 @@ from __future__ import annotations
 import csv
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from inferstack.planning.disaggregation import role_workload
 from inferstack.planning.load import Engine, Workload, admission_limit, at_concurrency, at_request_rate
 from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.planning.scaling_thresholds import HPA_TOLERANCE
@@ -45,6 +56,13 @@ from inferstack.spec import LatencySlo, ModelServiceSpec, SpecError
 from inferstack.spec.pools import PoolHardware
 
 RATE_BUCKETS = 200   # steady states looked up per 1/200 of a replica's full-load rate
+# The most requests a second a trace row may state: far above any cluster the stack describes, and small enough
+# that every count derived from it stays a finite float.
+MAX_REQUESTS_PER_SECOND = 1e6
+# The HPA controller evaluates each HPA every sync period: kube-controller-manager
+# --horizontal-pod-autoscaler-sync-period, default 15 s (Kubernetes docs, "Horizontal Pod Autoscaling", "How does a
+# HorizontalPodAutoscaler work?").
+HPA_SYNC_SECONDS = 15
 SECONDS_PER_HOUR = 3600
 # The HPA's defaults where the ScaledObject sets no behaviour (Kubernetes docs, "Horizontal Pod Autoscaling",
 # section "Default Behavior": https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/; the code:
@@ -86,15 +104,17 @@ class Trace:
     end: int
 
 
-def _number(text: str, where: str, column: str, kind: type, least: float) -> Any:
+def _number(text: str, where: str, column: str, kind: type, least: float, most: float = math.inf) -> Any:
     try:
         value = kind(text)
     except (TypeError, ValueError):
         raise SpecError(f"{where} {column}", f"{text!r} is not a{'n integer' if kind is int else ' number'}",
                         f"write {column} as a{' whole' if kind is int else ''} number") from None
-    if not math.isfinite(value) or value < least:
-        raise SpecError(f"{where} {column}", f"{text!r} is below {least:g}" if math.isfinite(value)
-                        else f"{text!r} is not finite", f"write {column} as a number of at least {least:g}")
+    if not math.isfinite(value) or not least <= value <= most:
+        problem = (f"{text!r} is not finite" if not math.isfinite(value)
+                   else f"{text!r} is below {least:g}" if value < least else f"{text!r} is above {most:g}")
+        bounds = f"at least {least:g}" + (f" and at most {most:g}" if math.isfinite(most) else "")
+        raise SpecError(f"{where} {column}", problem, f"write {column} as a number {bounds}")
     return value
 
 
@@ -102,7 +122,7 @@ def read_trace(path: Path, services: Sequence[str]) -> Trace:
     """The CSV trace `time_s,service,requests_per_second[,mean_input_tokens,mean_output_tokens]`; a bad file or row
     is a SpecError naming file:line, the column, the value and the fix."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # a spreadsheet's export may start with a byte-order mark
     except (OSError, UnicodeDecodeError) as error:
         raise SpecError(str(path), f"cannot be read ({error})", "give --trace a readable UTF-8 CSV file") from None
     reader = csv.reader(text.splitlines())
@@ -124,7 +144,8 @@ def read_trace(path: Path, services: Sequence[str]) -> Trace:
             raise SpecError(f"{where} service", f"{service!r} is not a model service of the stack "
                             f"({', '.join(services)})", "name one of the stack's model services")
         time = _number(values["time_s"], where, "time_s", int, 0)
-        rate = _number(values["requests_per_second"], where, "requests_per_second", float, 0)
+        rate = _number(values["requests_per_second"], where, "requests_per_second", float, 0,
+                       MAX_REQUESTS_PER_SECOND)
         tokens = [_number(values[c], where, c, int, 1) if values.get(c) else None for c in TOKEN_COLUMNS]
         earlier = rows.setdefault(service, [])
         if earlier and time <= earlier[-1].time:
@@ -198,17 +219,18 @@ def scaler_from_scaled_object(body: Mapping[str, Any], service: str) -> Scaler:
     )
 
 
-def metric_replicas(trigger: Trigger, metric: float, current: int) -> int:
+def metric_replicas(trigger: Trigger, metric: float, current: int, most: int) -> int:
     """Replicas the HPA asks for on one trigger (Kubernetes docs, "Horizontal Pod Autoscaling", "Algorithm details":
-    desired = ceil(current x metric / target), nothing within the tolerance): AverageValue divides the summed metric
-    by the replicas, so its ratio is metric / (current x target); Value compares the metric itself."""
+    desired = ceil(current x metric / target), nothing within the tolerance), at most `most` (maxReplicaCount):
+    AverageValue divides the summed metric by the replicas, so its ratio is metric / (current x target); Value
+    compares the metric itself."""
     per_replica = metric / current if trigger.metric_type == "AverageValue" and current else metric
     ratio = per_replica / trigger.threshold
     if current and abs(ratio - 1) <= HPA_TOLERANCE:
         return current
     if not current:   # from zero KEDA's activation hands the HPA minReplicaCount; the metric sizes beyond it
-        return math.ceil(metric / trigger.threshold) if trigger.metric_type == "AverageValue" else 1
-    return math.ceil(current * ratio)
+        return math.ceil(min(metric / trigger.threshold, most)) if trigger.metric_type == "AverageValue" else 1
+    return math.ceil(min(current * ratio, most))
 
 
 # ------------------------------------------------------------------------------------------ the services
@@ -242,6 +264,7 @@ class ServiceSetup:
     replica_spot_usd_per_hour: float
     replica_gpus: float             # GPU equivalents a replica's devices block
     activity_window: int            # seconds the `requests` trigger remembers a request
+    non_cached_tokens: int | None = None   # a prefill/decode engine's: the prompts that go to a prefill engine
 
 
 @dataclass(frozen=True)
@@ -259,7 +282,6 @@ class _Point:
     ttft: float
     itl: float | None      # None for one-token outputs: no token follows the first
     running: float
-    decoding: float
 
 
 class _SteadyStates:
@@ -270,9 +292,14 @@ class _SteadyStates:
         self.full: dict[tuple[int, int], float] = {}
         self.points: dict[tuple[int, int, int], _Point] = {}
 
-    def workload(self, tokens: tuple[int, int]) -> Workload:
+    def request(self, tokens: tuple[int, int]) -> Workload:
+        """The request as the service gets it."""
         prefix = self.setup.shared_prefix_tokens if self.setup.shared_prefix_tokens < tokens[0] else 0
         return Workload(tokens[0], tokens[1], prefix)
+
+    def workload(self, tokens: tuple[int, int]) -> Workload:
+        """What this engine computes of it (a prefill/decode role its part)."""
+        return role_workload(self.setup.model.pd_role, self.request(tokens), self.setup.non_cached_tokens)
 
     def capacity(self, tokens: tuple[int, int]) -> float:
         """Requests/s one replica carries at full load."""
@@ -295,7 +322,7 @@ class _SteadyStates:
             ranks = self.setup.model.data_parallel
             state = at_request_rate(self.setup.engine, self.workload(tokens), capacity * bucket / RATE_BUCKETS / ranks)
             self.points[key] = _Point(state.first_token_seconds, state.inter_token_seconds,
-                                      state.running * ranks, state.decoding * ranks)
+                                      state.running * ranks)
         return self.points[key]
 
 
@@ -304,9 +331,12 @@ class _SteadyStates:
 
 @dataclass(frozen=True)
 class ServiceResult:
+    """One engine's replay. A prefill engine's requests go on to its decode engine, whose row holds their latency and
+    attainment: the prefill row has none."""
+
     service: str
     requests: float
-    slo_attainment: float
+    slo_attainment: float | None
     ttft_p50_ms: float | None
     ttft_p95_ms: float | None
     itl_p50_ms: float | None
@@ -316,7 +346,7 @@ class ServiceResult:
     cold_starts: int
     scale_ups: int
     peak_queue: float
-    seconds_below_slo: int
+    seconds_below_slo: int | None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -329,8 +359,9 @@ class SimulationResult:
     services: tuple[ServiceResult, ...]
 
     def total(self) -> dict[str, Any]:
-        requests = sum(s.requests for s in self.services)
-        met = sum(s.requests * s.slo_attainment for s in self.services)
+        answered = [s for s in self.services if s.slo_attainment is not None]
+        requests = sum(s.requests for s in answered)
+        met = sum(s.requests * s.slo_attainment for s in answered)
         return {
             "requests": round(requests, 1),
             "slo_attainment": round(met / requests, 6) if requests else 1.0,
@@ -341,25 +372,69 @@ class SimulationResult:
         }
 
 
-def _weighted_percentile(samples: list[tuple[float, float]], share: float) -> float | None:
-    """The nearest-rank percentile of (value, weight) samples."""
-    total = sum(weight for _, weight in samples)
+def _weighted_percentile(samples: list[tuple[float, float, float]], share: float) -> float | None:
+    """The percentile of (low, high, weight) samples, each weight spread evenly from low to high (a stretch of the
+    fluid queue, whose waits run linearly), found by sweeping the piecewise-linear distribution."""
+    total = sum(weight for _, _, weight in samples)
     if total <= 0:
         return None
-    wanted, seen = share * total, 0.0
-    for value, weight in sorted(samples):
-        seen += weight
-        if seen >= wanted - 1e-9:
-            return value
-    return samples[-1][0]
+    wanted = share * total - 1e-9
+    jumps: dict[float, float] = {}
+    slopes: dict[float, float] = {}
+    for low, high, weight in samples:
+        if high - low <= 1e-9:
+            jumps[low] = jumps.get(low, 0.0) + weight
+        else:
+            slopes[low] = slopes.get(low, 0.0) + weight / (high - low)
+            slopes[high] = slopes.get(high, 0.0) - weight / (high - low)
+    seen, slope, last = 0.0, 0.0, None
+    for at in sorted(jumps.keys() | slopes.keys()):
+        if last is not None and slope > 0 and seen + slope * (at - last) >= wanted:
+            return last + (wanted - seen) / slope
+        seen += slope * (at - last) if last is not None else 0.0
+        if seen + jumps.get(at, 0.0) >= wanted:
+            return at
+        seen += jumps.get(at, 0.0)
+        slope += slopes.get(at, 0.0)
+        last = at
+    return last
 
 
 # ------------------------------------------------------------------------------------------- the replay
 
 
+@dataclass(frozen=True)
+class _Piece:
+    """Requests that joined a queue evenly from `first` to `last`, oldest first. A decode engine's come from its
+    prefill engine, with the prefill's queue waits (linear from wait_first to wait_last) and its time to first token
+    (`base`) behind them."""
+
+    first: float
+    last: float
+    requests: float
+    wait_first: float = 0.0
+    wait_last: float = 0.0
+    base: float = 0.0
+    handed: bool = False     # from a prefill engine: the decode engine only sends the first token
+
+    @property
+    def spacing(self) -> float:
+        """Seconds between two arrivals."""
+        return (self.last - self.first) / self.requests
+
+    def waited(self, position: float) -> float:
+        """The earlier queue wait of the request at `position`."""
+        return self.wait_first + (self.wait_last - self.wait_first) * position / self.requests
+
+    def after(self, taken: float) -> "_Piece":
+        """The piece less its first `taken` requests."""
+        return replace(self, first=self.first + taken * self.spacing, requests=self.requests - taken,
+                       wait_first=self.waited(taken))
+
+
 @dataclass
 class _Pod:
-    ready_at: int
+    ready_at: float
 
 
 @dataclass
@@ -370,7 +445,8 @@ class _Service:
     replicas: int                                 # what the HPA (or KEDA at zero) asks for
     pods: list[_Pod] = field(default_factory=list)
     cached: int = 0                               # replica places whose node holds the weights
-    queue: deque = field(default_factory=deque)   # [arrival time, requests] oldest first
+    queue: deque = field(default_factory=deque)   # _Piece, oldest first
+    decode: "_Service | None" = None              # a prefill engine's decode engine, which its requests go on to
     queued: float = 0.0
     row: int = -1
     last_request: float = -math.inf
@@ -380,26 +456,38 @@ class _Service:
     point: _Point | None = None
     arrived: float = 0.0
     met: float = 0.0
-    ttft: list[tuple[float, float]] = field(default_factory=list)
-    itl: list[tuple[float, float]] = field(default_factory=list)
+    ttft: list[tuple[float, float, float]] = field(default_factory=list)   # (low ms, high ms, requests)
+    itl: list[tuple[float, float, float]] = field(default_factory=list)
     pod_seconds_on_demand: float = 0.0
     pod_seconds_spot: float = 0.0
     cold_starts: int = 0
     scale_ups: int = 0
     peak_queue: float = 0.0
-    seconds_below: int = 0
+    seconds_below: float = 0.0
 
     def tokens(self) -> tuple[int, int]:
+        """The current row's request; a prefill engine computes its prompt and one token (its default output)."""
         row = self.rows[self.row] if self.row >= 0 else None
         default = self.setup.default_tokens
         if row is None:
             return default
-        return (row.input_tokens or default[0], row.output_tokens or default[1])
+        output = default[1] if self.setup.model.pd_role == "prefill" else row.output_tokens or default[1]
+        return (row.input_tokens or default[0], output)
 
     def rate(self) -> float:
-        return self.rows[self.row].requests_per_second if self.row >= 0 else 0.0
+        """The trace's arrivals. Under prefill/decode the picker sends a prompt with at least non_cached_tokens
+        uncached tokens to a prefill engine, whose requests then go on to the decode engine; a shorter one the
+        decode engine prefills itself (llm-d-router pd-profile-handler `nonCachedTokens`, serving/gateway.py)."""
+        if self.row < 0:
+            return 0.0
+        role = self.setup.model.pd_role
+        if role is not None:
+            remote = self.states.request(self.tokens()).computed_prompt_tokens >= self.setup.non_cached_tokens
+            if remote != (role == "prefill"):
+                return 0.0
+        return self.rows[self.row].requests_per_second
 
-    def ready(self, now: int) -> int:
+    def ready(self, now: float) -> int:
         return sum(1 for pod in self.pods if pod.ready_at <= now)
 
 
@@ -410,13 +498,9 @@ class _Pool:
     empty_since: int | None = None
 
 
-def _step_of(trace: Trace, services: Sequence[ServiceSetup]) -> int:
+def _step_of(services: Sequence[ServiceSetup]) -> int:
     pollings = [s.scaler.polling for s in services if s.scaler is not None]
-    return reduce(math.gcd, pollings, trace.spacing)
-
-
-def _ceil_to(seconds: float, step: int) -> int:
-    return math.ceil(seconds / step - 1e-9) * step
+    return reduce(math.gcd, pollings, HPA_SYNC_SECONDS)
 
 
 def _signal(name: str, service: _Service, now: int) -> float:
@@ -459,7 +543,8 @@ def _rate_limit(changes: list[tuple[int, int]], now: int, current: int, policies
 def _hpa(service: _Service, now: int, scaler: Scaler) -> int:
     """Replicas after one HPA evaluation at `now` with the service active."""
     current = service.replicas
-    wanted = max(metric_replicas(t, _signal(t.name, service, now), current) for t in scaler.triggers)
+    wanted = max(metric_replicas(t, _signal(t.name, service, now), current, scaler.max_replicas)
+                 for t in scaler.triggers)
     wanted = min(scaler.max_replicas, max(scaler.min_replicas, wanted))
     service.history.append((now, wanted))
     horizon = now - max(scaler.down_window, scaler.up_window)
@@ -474,18 +559,21 @@ def _hpa(service: _Service, now: int, scaler: Scaler) -> int:
     return min(current, wanted)
 
 
-def _poll(service: _Service, now: int) -> None:
-    """KEDA's poll: activation from and to zero, else the HPA's evaluation."""
+def _control(service: _Service, now: int) -> None:
+    """KEDA's poll (every pollingInterval: activation from and to idleReplicaCount) and the HPA's sync (every
+    HPA_SYNC_SECONDS while the service is active)."""
     scaler = service.setup.scaler
-    active = any(_signal(t.name, service, now) > t.activation for t in scaler.triggers)
-    if active:
-        service.last_active = now
     idle = scaler.idle_replicas
-    if idle is not None and service.replicas == idle:
-        target = max(scaler.min_replicas, _hpa(service, now, scaler)) if active else idle
-    elif idle is not None and not active and now - service.last_active >= scaler.cooldown:
-        target = idle
-    else:
+    target = service.replicas
+    if idle is not None and now % scaler.polling == 0:
+        active = any(_signal(t.name, service, now) > t.activation for t in scaler.triggers)
+        if active:
+            service.last_active = now
+        if service.replicas == idle:
+            target = max(scaler.min_replicas, _hpa(service, now, scaler)) if active else idle
+        elif not active and now - service.last_active >= scaler.cooldown:
+            target = idle
+    if target == service.replicas != idle and now % HPA_SYNC_SECONDS == 0:
         target = _hpa(service, now, scaler)
     if target != service.replicas:
         if target > service.replicas:
@@ -499,7 +587,7 @@ def _pool_replicas(services: Sequence[_Service], extra: _Service | None = None) 
     return [(s.setup.model, len(s.pods) + (1 if s is extra else 0)) for s in services]
 
 
-def _reconcile(pool: _Pool, services: Sequence[_Service], now: int, step: int) -> None:
+def _reconcile(pool: _Pool, services: Sequence[_Service], now: int) -> None:
     """Pods follow the replicas asked: surplus pods go (the newest first), missing ones start where they fit."""
     hardware = pool.setup.hardware
     for service in services:
@@ -517,7 +605,7 @@ def _reconcile(pool: _Pool, services: Sequence[_Service], now: int, step: int) -
                 seconds, cold = service.setup.starts.warm, False
             else:
                 seconds, cold = service.setup.starts.existing_node, True
-            service.pods.append(_Pod(now + _ceil_to(seconds, step)))
+            service.pods.append(_Pod(now + seconds))
             service.cached = max(service.cached, len(service.pods))
             service.cold_starts += cold
     needed = max(pool.setup.floor_nodes, nodes_for_replicas(_pool_replicas(services), hardware))
@@ -540,57 +628,163 @@ def _held_on(model: ModelServiceSpec, hardware: PoolHardware, nodes: int) -> int
     return count
 
 
-def _serve(service: _Service, now: int, step: int) -> None:
-    """Arrivals of one step, served in order by the ready replicas; the rest queue."""
-    setup = service.setup
+def _serve(service: _Service, now: int, until: int) -> None:
+    """Arrivals and service from `now` to `until`, in stretches of constant arrival rate and ready replicas: split
+    at the service's trace rows and at the moments its pods become ready."""
+    cuts = {until}
+    following = service.row + 1
+    while following < len(service.rows) and service.rows[following].time < until:
+        if service.rows[following].time > now:
+            cuts.add(service.rows[following].time)
+        following += 1
+    cuts.update(pod.ready_at for pod in service.pods if now < pod.ready_at < until)
+    start: float = now
+    for end in sorted(cuts):
+        while service.row + 1 < len(service.rows) and service.rows[service.row + 1].time <= start:
+            service.row += 1
+        _serve_stretch(service, start, end)
+        start = end
+
+
+def _serve_stretch(service: _Service, start: float, end: float) -> None:
+    """The fluid first-in-first-out queue over one stretch. The trace's requests arrive evenly over it and join the
+    tail (a decode engine's come from its prefill engine instead); the ready replicas drain the head at their
+    full-load rate `speed`. With both constant over a queued piece, the request at position u of the piece gets its
+    turn at max(its arrival, free + u / speed), `free` being when the request before the piece got its turn, so its
+    wait is linear in u, cut at zero (_segments)."""
     rate = service.rate()
-    arriving = rate * step
-    if arriving > 0:
-        service.queue.append([now, arriving])
-        service.queued += arriving
-        service.arrived += arriving
-        service.last_request = now
-    ready = service.ready(now)
+    backlog = _waiting(service, start)
+    if rate > 0:
+        _arrive(service, _Piece(start, end, rate * (end - start)))
+    ready = service.ready(start)
     tokens = service.tokens()
-    capacity = ready * service.states.capacity(tokens) * step if ready else 0.0
-    served = min(service.queued, capacity)
-    point = service.states.point(tokens, served / step / ready) if ready else None
-    service.point = point
-    missed = False
-    left = served
-    while left > 1e-9 and service.queue:
-        cohort = service.queue[0]
-        taken = min(left, cohort[1])
-        wait = now - cohort[0]
-        ttft, itl = point.ttft + wait, point.itl
-        ok = (wait == 0) if setup.slo is None else (
-            (setup.slo.ttft_ms is None or ttft * 1000 <= setup.slo.ttft_ms)
-            and (setup.slo.itl_ms is None or itl is None or itl * 1000 <= setup.slo.itl_ms))
-        service.met += taken if ok else 0.0
-        missed |= not ok
-        service.ttft.append((ttft * 1000, taken))
-        if itl is not None:
-            service.itl.append((itl * 1000, taken))
-        cohort[1] -= taken
-        left -= taken
-        if cohort[1] <= 1e-9:
+    speed = ready * service.states.capacity(tokens) if ready else 0.0
+    service.point = None
+    if speed:
+        taken = _take(service, start, end, speed)
+        served = sum(count for _, count, _, _ in taken)
+        service.point = service.states.point(tokens, served / (end - start) / ready)
+        for piece, count, free, slope in taken:
+            _book(service, piece, count, free, slope, speed)
+    service.peak_queue = max(service.peak_queue, backlog, _waiting(service, end))
+
+
+def _waiting(service: _Service, at: float) -> float:
+    """Requests queued at `at`: a decode engine's queue already holds what its prefill engine hands on later in
+    the step."""
+    later = 0.0
+    for piece in reversed(service.queue):
+        if piece.last <= at:
+            break
+        later += piece.requests if piece.first >= at else (piece.last - at) / piece.spacing
+    return max(0.0, service.queued - later)
+
+
+def _arrive(service: _Service, piece: _Piece) -> None:
+    service.queue.append(piece)
+    service.queued += piece.requests
+    service.arrived += piece.requests
+    service.last_request = max(service.last_request, piece.last)
+
+
+def _take(service: _Service, start: float, end: float, speed: float) -> list[tuple[_Piece, float, float, float]]:
+    """Drain the queue's head up to `end`: per piece (the piece as it was, the requests taken, when the server was
+    free for its first, the wait's change per request)."""
+    taken = []
+    free = start
+    while service.queue and free < end - 1e-12:
+        piece = service.queue[0]
+        if piece.first >= end:
+            break
+        spacing = piece.spacing
+        free = max(free, piece.first)
+        count = min(piece.requests, (end - free) * speed)
+        if piece.last > end and spacing > 0:   # only the requests that arrived by `end`
+            count = min(count, (end - piece.first) / spacing)
+        if count <= 0:
+            break
+        taken.append((piece, count, free, 1 / speed - spacing))
+        free = max(piece.first + count * spacing, free + count / speed)
+        service.queued -= count
+        if piece.requests - count <= 1e-9 * max(1.0, piece.requests):
+            service.queued -= piece.requests - count
             service.queue.popleft()
-    service.queued = max(0.0, service.queued - served)
-    service.peak_queue = max(service.peak_queue, service.queued)
-    service.seconds_below += step if missed else 0
+        else:
+            service.queue[0] = piece.after(count)
+            break
+    service.queued = max(0.0, service.queued) if service.queue else 0.0   # no rounding residue in an empty queue
+    return taken
+
+
+def _segments(wait_at: float, slope: float, count: float) -> list[tuple[float, float, float, float]]:
+    """(from, to, wait at from, wait at to) over `count` requests whose unclamped wait runs from wait_at by `slope`
+    per request, split where it crosses zero: below, a request was served as it arrived."""
+    end_wait = wait_at + slope * count
+    if (wait_at >= 0) == (end_wait >= 0) or slope == 0:
+        return [(0.0, count, max(0.0, wait_at), max(0.0, end_wait))]
+    zero = -wait_at / slope
+    return [(0.0, zero, max(0.0, wait_at), 0.0), (zero, count, 0.0, max(0.0, end_wait))]
+
+
+def _book(service: _Service, piece: _Piece, count: float, free: float, slope: float, speed: float) -> None:
+    """The `count` requests taken from the head of `piece`: a prefill engine hands them to its decode engine as they
+    leave (their first token is not out yet), any other engine books them."""
+    point = service.point
+    for low, high, wait_low, wait_high in _segments(free - piece.first, slope, count):
+        if high - low <= 0:
+            continue
+        before_low, before_high = piece.waited(low), piece.waited(high)
+        if service.decode is not None:
+            leave_low = piece.first + low * piece.spacing + wait_low
+            leave_high = piece.first + high * piece.spacing + wait_high
+            _arrive(service.decode, _Piece(leave_low, max(leave_high, leave_low + 1e-9), high - low,
+                                           before_low + wait_low, before_high + wait_high, piece.base + point.ttft,
+                                           handed=True))
+        else:
+            _count(service, before_low + wait_low, before_high + wait_high, piece, high - low, speed)
+
+
+def _count(service: _Service, wait_from: float, wait_to: float, piece: _Piece, requests: float, speed: float) -> None:
+    """Book `requests` whose queue waits run linearly from wait_from to wait_to at the stretch's steady state: their
+    TTFT and ITL samples, the share within the SLO and the seconds of first tokens outside it (a request that waited
+    got its turn while the replicas were busy, one every 1 / speed seconds). A request a prefill engine handed on
+    has its time to first token there behind it (piece.base), and the decode engine adds one decode step for the
+    first token it sends."""
+    point, slo = service.point, service.setup.slo
+    first_token = piece.base + (point.itl or point.ttft) if piece.handed else point.ttft
+    low, high = min(wait_from, wait_to), max(wait_from, wait_to)
+    if slo is None:
+        share = 1.0 if high <= 1e-9 else 0.0
+    elif slo.itl_ms is not None and point.itl is not None and point.itl * 1000 > slo.itl_ms:
+        share = 0.0
+    elif slo.ttft_ms is None:
+        share = 1.0
+    else:
+        limit = slo.ttft_ms / 1000 - first_token   # the longest wait within the SLO
+        share = 1.0 if high <= limit else 0.0 if low > limit else (limit - low) / (high - low)
+    service.met += requests * share
+    service.seconds_below += requests * (1 - share) / speed
+    service.ttft.append(((first_token + low) * 1000, (first_token + high) * 1000, requests))
+    if point.itl is not None:
+        service.itl.append((point.itl * 1000, point.itl * 1000, requests))
 
 
 def simulate(services: Sequence[ServiceSetup], pools: Sequence[PoolSetup], trace: Trace) -> SimulationResult:
     """Replay `trace` through the services on their pools (every service of the stack: one the trace does not name
     gets no requests)."""
-    step = _step_of(trace, services)
+    step = _step_of(services)
     state = []
     for setup in services:
         scaler = setup.scaler
         start = setup.fixed_replicas if scaler is None else (
             scaler.idle_replicas if scaler.idle_replicas is not None else scaler.min_replicas)
-        state.append(_Service(setup, _SteadyStates(setup), trace.rows.get(setup.name, ()), start,
-                              [_Pod(0) for _ in range(start)], start))
+        state.append(_Service(setup, _SteadyStates(setup), trace.rows.get(setup.model.pd_service or setup.name, ()),
+                              start, [_Pod(0) for _ in range(start)], start))
+    for service in state:
+        if service.setup.model.pd_role == "prefill":
+            service.decode = next(s for s in state if s.setup.name == service.setup.model.pd_service)
+    # Prefill engines serve first in each step: their requests reach the decode engines within it.
+    order = sorted(state, key=lambda s: s.setup.model.pd_role != "prefill")
     by_pool = {pool.name: [s for s in state if s.setup.model.pool == pool.name] for pool in pools}
     pool_state = {}
     for pool in pools:
@@ -600,17 +794,17 @@ def simulate(services: Sequence[ServiceSetup], pools: Sequence[PoolSetup], trace
         for service in state:
             while service.row + 1 < len(service.rows) and service.rows[service.row + 1].time <= now:
                 service.row += 1
-            if service.setup.scaler is not None and now % service.setup.scaler.polling == 0:
-                _poll(service, now)
+            if service.setup.scaler is not None:
+                _control(service, now)
         for name, members in by_pool.items():
             pool = pool_state[name]
-            _reconcile(pool, members, now, step)
+            _reconcile(pool, members, now)
             spot = max(0, pool.nodes - pool.setup.on_demand_nodes) / pool.nodes if pool.nodes else 0.0
             for service in members:
                 service.pod_seconds_on_demand += len(service.pods) * step * (1 - spot)
                 service.pod_seconds_spot += len(service.pods) * step * spot
-        for service in state:
-            _serve(service, now, step)
+        for service in order:
+            _serve(service, now, min(now + step, trace.end))
     return SimulationResult(trace.end, step, tuple(_result(s) for s in state))
 
 
@@ -618,16 +812,17 @@ def _result(service: _Service) -> ServiceResult:
     setup = service.setup
     # Requests still queued at the end never got their first token in the replay: they count as missed.
     attainment = service.met / service.arrived if service.arrived else 1.0
+    hands_on = service.decode is not None
     pod_hours = (service.pod_seconds_on_demand + service.pod_seconds_spot) / SECONDS_PER_HOUR
 
-    def percentile(samples: list[tuple[float, float]], share: float) -> float | None:
+    def percentile(samples: list[tuple[float, float, float]], share: float) -> float | None:
         value = _weighted_percentile(samples, share)
         return None if value is None or math.isinf(value) else round(value, 1)
 
     return ServiceResult(
         service=setup.name,
         requests=round(service.arrived, 1),
-        slo_attainment=round(attainment, 6),
+        slo_attainment=None if hands_on else round(attainment, 6),
         ttft_p50_ms=percentile(service.ttft, 0.5), ttft_p95_ms=percentile(service.ttft, 0.95),
         itl_p50_ms=percentile(service.itl, 0.5), itl_p95_ms=percentile(service.itl, 0.95),
         gpu_hours=round(pod_hours * setup.replica_gpus, 3),
@@ -636,5 +831,5 @@ def _result(service: _Service) -> ServiceResult:
         cold_starts=service.cold_starts,
         scale_ups=service.scale_ups,
         peak_queue=round(service.peak_queue, 1),
-        seconds_below_slo=service.seconds_below,
+        seconds_below_slo=None if hands_on else round(service.seconds_below),
     )

@@ -18,12 +18,13 @@ from pydantic import ValidationError
 
 from inferstack.planning import simulation as sim
 from inferstack.planning.cost import node_price, replica_node_price
+from inferstack.planning.disaggregation import PREFILL_OUTPUT_TOKENS, service_of
 from inferstack.planning.creation_times import replica_parts
 from inferstack.planning.node_groups import nodes_at_min, on_demand_node_limit
 from inferstack.planning.service_performance import engine_for, replica_usd_per_hour
 from inferstack.planning.sizing import checkpoint_bytes
 from inferstack.platform.karpenter_pools import SERVING_CONSOLIDATE_AFTER
-from inferstack.serving.autoscaling import ACTIVITY_WINDOW, needs_scaler, scaled_object_spec
+from inferstack.serving.autoscaling import ACTIVITY_WINDOW, needs_scaler, scaled_object_spec, scaler_metric
 from inferstack.serving.model_service import scale_target
 from inferstack.spec import ModelServiceSpec, SpecError, StackSpec, TrafficSpec, describe_validation_error
 from inferstack.validation import ValidatedStack, validate
@@ -31,6 +32,9 @@ from inferstack.validation import ValidatedStack, validate
 # cluster-autoscaler removes a node unneeded for --scale-down-unneeded-time, 10 minutes unless set (kubernetes/
 # autoscaler cluster-autoscaler/FAQ.md, "What are the parameters to CA?"); the stack's chart values leave it.
 CLUSTER_AUTOSCALER_UNNEEDED_SECONDS = 600
+# The recommendation tries each trigger's target at these multiples: lower scales out sooner (more replicas, more
+# attainment), higher later.
+TARGET_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 SET_PATTERN = re.compile(r"^models\[([^\]]+)\]\.autoscaling\.([a-z_]+)=(.+)$")
 UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -59,33 +63,37 @@ def _service(spec: StackSpec, validated: ValidatedStack, model: ModelServiceSpec
     def start(**where: bool) -> float:
         return sum(seconds for _, _, seconds in replica_parts(weights, loader, **where))
 
-    traffic = model.traffic
-    defaults = TrafficSpec.model_fields
-    tokens = ((traffic.mean_input_tokens, traffic.mean_output_tokens) if traffic is not None
-              else (defaults["mean_input_tokens"].default, defaults["mean_output_tokens"].default))
+    service = service_of(spec.models, model)   # a prefill engine serves its disaggregated service's traffic
+    traffic = service.traffic
+    tokens = (traffic.mean_input_tokens, traffic.mean_output_tokens) if traffic is not None else default_tokens(model)
+    if model.pd_role == "prefill":
+        tokens = (tokens[0], PREFILL_OUTPUT_TOKENS)
     return sim.ServiceSetup(
         name=model.name, model=model, hardware=hardware, engine=engine_for(model, hardware),
         shared_prefix_tokens=traffic.shared_prefix_tokens if traffic is not None else 0, default_tokens=tokens,
-        slo=model.slo, scaler=_scaler(spec, model), fixed_replicas=model.autoscaling.min_replicas,
+        slo=service.slo, scaler=_scaler(spec, model), fixed_replicas=model.autoscaling.min_replicas,
         starts=sim.StartTimes(start(new_node=True), start(new_node=False), start(warm=True)),
         replica_usd_per_hour=replica_usd_per_hour(model, hardware, price.usd_per_hour),
         replica_spot_usd_per_hour=replica_usd_per_hour(model, hardware, spot.usd_per_hour),
         # Priced at one dollar a GPU, a replica's price is the GPUs its devices block (a MIG slice's share of one).
         replica_gpus=replica_usd_per_hour(model, hardware, hardware.gpus_per_node),
         activity_window=_seconds(ACTIVITY_WINDOW),
+        non_cached_tokens=service.disaggregation.non_cached_tokens if service.disaggregation is not None else None,
     )
 
 
-def not_modelled(spec: StackSpec) -> dict[str, str]:
-    """Services the replay leaves out, and why."""
-    return {m.name: "a prefill/decode service: the engine-step model is one engine that prefills and decodes"
-            for m in spec.models if m.disaggregation is not None or m.pd_role is not None}
+def default_tokens(model: ModelServiceSpec) -> tuple[int, int]:
+    """A trace row's tokens where neither the row nor the service's traffic states them: TrafficSpec's defaults,
+    for a pooling model (an embedding answers with no generated token) one output token, the prompt cut to fit
+    max_model_len."""
+    defaults = TrafficSpec.model_fields
+    output = defaults["mean_output_tokens"].default if model.resolved_architecture.task == "generate" else 1
+    return min(defaults["mean_input_tokens"].default, model.max_model_len - output), output
 
 
 def setups(validated: ValidatedStack) -> tuple[list[sim.ServiceSetup], list[sim.PoolSetup]]:
     spec = validated.stack
-    skipped = not_modelled(spec)
-    services = [_service(spec, validated, m) for m in spec.models if m.name not in skipped]
+    services = [_service(spec, validated, m) for m in spec.models]
     pools = []
     autoscaler = spec.platform.node_autoscaler
     for pool in spec.node_pools:
@@ -103,20 +111,30 @@ def setups(validated: ValidatedStack) -> tuple[list[sim.ServiceSetup], list[sim.
 
 
 def read_trace(path: Path, validated: ValidatedStack) -> sim.Trace:
-    skipped = not_modelled(validated.stack)
+    """The trace file, read once and checked against the stack (check_trace)."""
     trace = sim.read_trace(path, [m.name for m in validated.stack.models])
-    services = {s.name: s for s in setups(validated)[0]}
-    for name, rows in trace.rows.items():
-        if name in skipped:
-            raise SpecError(f"{path.name} service", f"{name!r} is {skipped[name]}", "leave it out of the trace")
-        model, (prompt, output) = services[name].model, services[name].default_tokens
+    check_trace(trace, path.name, validated)
+    return trace
+
+
+def check_trace(trace: sim.Trace, name: str, validated: ValidatedStack) -> None:
+    """Every service the trace names is one the replay runs in this stack, and each row's request fits the service's
+    max_model_len (a row without tokens takes the service's traffic, else default_tokens)."""
+    services = {s.name: s for s in setups(validated)[0] if s.model.pd_role != "prefill"}
+    for service, rows in trace.rows.items():
+        if service not in services:
+            raise SpecError(f"{name} service", f"{service!r} is not a model service of {validated.environment} "
+                            f"({', '.join(services)})", "name one of the stack's model services")
+        model, (prompt, output) = services[service].model, services[service].default_tokens
+        source = "its traffic" if model.traffic is not None else "the defaults for a service without traffic"
         for row in rows:
             tokens = (row.input_tokens or prompt) + (row.output_tokens or output)
             if tokens > model.max_model_len:
-                raise SpecError(f"{path.name} {name} at time_s {row.time}", f"a request of {tokens} tokens is longer "
-                                f"than {name}'s max_model_len {model.max_model_len}",
+                unset = [c for c, v in zip(sim.TOKEN_COLUMNS, (row.input_tokens, row.output_tokens)) if v is None]
+                taken = f" ({', '.join(unset)} from {source})" if unset else ""
+                raise SpecError(f"{name} {service} at time_s {row.time}", f"a request of {tokens} tokens{taken} is "
+                                f"longer than {service}'s max_model_len {model.max_model_len}",
                                 "give the row mean_input_tokens and mean_output_tokens that fit max_model_len")
-    return trace
 
 
 # ----------------------------------------------------------------------------------------------- overrides
@@ -160,42 +178,67 @@ def run(validated: ValidatedStack, trace: sim.Trace) -> sim.SimulationResult:
 
 
 def recommend(validated: ValidatedStack, trace: sim.Trace, attainment: float) -> list[dict[str, Any]]:
-    """Per scaled service, the cheapest min_replicas that meets `attainment` on the trace. Each candidate is the stack
-    with that min_replicas validated again (one the spec refuses is listed with its reason, never recommended) and
-    replayed with its pool's other services as they are (services of other pools do not share its nodes)."""
+    """Per scaled service, the cheapest (min_replicas, scaler target) that meets `attainment` on the trace: every
+    min_replicas up to max_replicas, each with the trigger's target as the stack states or derives it and at the
+    TARGET_SCALES of it (the same metric, stated). Each candidate is the stack with those fields validated again (one
+    the spec refuses is listed with its reason, never recommended) and replayed with its pool's other services as
+    they are (services of other pools do not share its nodes)."""
     services, pools = setups(validated)
     found = []
     for setup in services:
         scaling = setup.model.autoscaling
-        if setup.scaler is None:
+        if setup.scaler is None or setup.model.pd_role == "prefill":   # --set names services, not prefill engines
             continue
-        pool = [p for p in pools if p.name == setup.model.pool]
-        mates = [s for s in services if s.model.pool == setup.model.pool]
+        now = scaler_metric(validated.stack, setup.model)
+        mates, pool = _sharing(setup, services, pools)
         tried: list[dict[str, Any]] = []
         for minimum in range(0 if scaling.scale_to_zero else 1, scaling.max_replicas + 1):
-            try:
-                changed = with_overrides(validated, [f"models[{setup.name}].autoscaling.min_replicas={minimum}"])
-            except SpecError as error:
-                tried.append({"min_replicas": minimum, "refused": error.problem})
-                continue
-            model = next(m for m in changed.stack.models if m.name == setup.name)
-            candidate = replace(setup, model=model, scaler=_scaler(changed.stack, model), fixed_replicas=minimum)
-            result = sim.simulate([candidate if s is setup else s for s in mates], pool, trace)
-            row = next(r for r in result.services if r.service == setup.name)
-            tried.append({"min_replicas": minimum, "slo_attainment": row.slo_attainment, "usd": row.usd})
+            for scale in TARGET_SCALES:
+                target = float(now.threshold) * scale
+                fields = {"min_replicas": minimum} | ({} if scale == 1 else {"metric": now.metric, "target": target})
+                tried.append({"min_replicas": minimum, "metric": now.metric, "target": float(f"{target:.4g}"),
+                              **_replayed(validated, setup, mates, pool, trace, fields)})
         meeting = [t for t in tried if t.get("slo_attainment", -1) >= attainment]
-        best = min(meeting, key=lambda t: (t["usd"], t["min_replicas"])) if meeting else {}
+        # Ties in cost keep the fewest replicas, then the target nearest the stack's own (no change for nothing).
+        best = min(meeting, key=lambda t: (t["usd"], t["min_replicas"], abs(t["target"] - float(now.threshold)))
+                   ) if meeting else {}
         found.append({
             "service": setup.name, "attainment_target": attainment, "min_replicas_now": scaling.min_replicas,
-            "min_replicas": best.get("min_replicas"), "slo_attainment": best.get("slo_attainment"),
-            "usd": best.get("usd"), "tried": tried,
+            "metric": now.metric, "target_now": float(now.threshold), "target_source": now.derivation if now.derivation in ("stated", "default") else "derived",
+            "min_replicas": best.get("min_replicas"), "target": best.get("target"),
+            "slo_attainment": best.get("slo_attainment"), "usd": best.get("usd"), "tried": tried,
         })
     return found
 
 
+def _sharing(setup: sim.ServiceSetup, services: list[sim.ServiceSetup], pools: list[sim.PoolSetup]
+             ) -> tuple[list[sim.ServiceSetup], list[sim.PoolSetup]]:
+    """What a candidate replays with: the services on its pool and, for a prefill/decode service, its prefill
+    engine's pool (each pool's services share its nodes; other pools do not matter)."""
+    names = {s.model.pool for s in services if s.model.pd_service and s.model.pd_service == setup.model.pd_service}
+    names.add(setup.model.pool)
+    return [s for s in services if s.model.pool in names], [p for p in pools if p.name in names]
+
+
+def _replayed(validated: ValidatedStack, setup: sim.ServiceSetup, mates: list[sim.ServiceSetup],
+              pool: list[sim.PoolSetup], trace: sim.Trace, fields: dict[str, Any]) -> dict[str, Any]:
+    """One candidate's attainment and cost, or why the spec refuses it."""
+    try:
+        changed = with_overrides(validated, [f"models[{setup.name}].autoscaling.{key}={json.dumps(value)}"
+                                             for key, value in fields.items()])
+    except SpecError as error:
+        return {"refused": error.problem}
+    model = next(m for m in changed.stack.models if m.name == setup.name)
+    candidate = replace(setup, model=model, scaler=_scaler(changed.stack, model),
+                        fixed_replicas=model.autoscaling.min_replicas)
+    result = sim.simulate([candidate if s is setup else s for s in mates], pool, trace)
+    row = next(r for r in result.services if r.service == setup.name)
+    return {"slo_attainment": row.slo_attainment, "usd": row.usd}
+
+
 def report(name: str, trace_path: Path, result: sim.SimulationResult) -> dict[str, Any]:
     return {
-        "stack": name, "trace": trace_path.name, "seconds": result.seconds, "step_seconds": result.step,
+        "stack": name, "trace": trace_path.name, "seconds": result.seconds, "controller_step_seconds": result.step,
         "services": [s.as_dict() for s in result.services], "total": result.total(),
     }
 
@@ -234,25 +277,49 @@ def _table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 def _recommendation_line(found: dict[str, Any]) -> str:
     target = f"{found['attainment_target']:.0%}"
     replayed = [t for t in found["tried"] if "refused" not in t]
-    refused = [t for t in found["tried"] if "refused" in t]
+    now = f"now {found['min_replicas_now']}, {found['metric']} {found['target_now']:g} {found['target_source']}"
     if found["min_replicas"] is not None:
-        line = (f"{found['service']}: cheapest min_replicas meeting {target}: {found['min_replicas']} (now "
-                f"{found['min_replicas_now']}): {found['slo_attainment']:.2%}, ${found['usd']:,.2f}")
-    else:
+        line = (f"{found['service']}: cheapest meeting {target}: min_replicas {found['min_replicas']}, "
+                f"{found['metric']} {found['target']:g} ({now}): {found['slo_attainment']:.2%}, "
+                f"${found['usd']:,.2f}")
+    elif replayed:
         best = max(replayed, key=lambda t: (t["slo_attainment"], -t["usd"]))
-        line = (f"{found['service']}: no min_replicas meets {target} (best {best['min_replicas']}: "
-                f"{best['slo_attainment']:.2%}, ${best['usd']:,.2f})")
-    if refused:
-        counts = ", ".join(str(t["min_replicas"]) for t in refused)
-        line += f"; the spec refuses {counts}: {refused[0]['refused']}"
-    return line
+        line = (f"{found['service']}: nothing tried meets {target} (best: min_replicas {best['min_replicas']}, "
+                f"{found['metric']} {best['target']:g}: {best['slo_attainment']:.2%}, ${best['usd']:,.2f}; {now})")
+    else:
+        line = f"{found['service']}: the spec refuses every candidate ({now})"
+    return line + "".join(f"; the spec refuses {which}: {why}" for which, why in _refusals(found))
+
+
+def _refusals(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """The refused candidates, each group with the first one's reason: the min_replicas values refused at every
+    target, then the targets refused at every other min_replicas, then any other pair."""
+    tried = found["tried"]
+    metric = found["metric"]
+    by_minimum: dict[int, list[dict[str, Any]]] = {}
+    for t in tried:
+        by_minimum.setdefault(t["min_replicas"], []).append(t)
+    whole = [m for m, rows in by_minimum.items() if all("refused" in t for t in rows)]
+    rest = [t for t in tried if t["min_replicas"] not in whole]
+    left = {m for m in by_minimum if m not in whole}
+    targets = [v for v in dict.fromkeys(t["target"] for t in rest)
+               if all("refused" in t for t in rest if t["target"] == v) and left]
+    pairs = [t for t in rest if "refused" in t and t["target"] not in targets]
+    grouped = []
+    if whole:
+        grouped.append(("min_replicas " + ", ".join(map(str, whole)), by_minimum[whole[0]][0]["refused"]))
+    if targets:
+        first = next(t for t in rest if t["target"] == targets[0])
+        grouped.append((f"{metric} " + ", ".join(f"{v:g}" for v in targets), first["refused"]))
+    grouped += [(f"min_replicas {t['min_replicas']} with {metric} {t['target']:g}", t["refused"]) for t in pairs]
+    return grouped
 
 
 def as_text(reports: list[dict[str, Any]], recommendations: list[dict[str, Any]]) -> str:
     """One table; with a comparison, each service's rows side by side (one per stack)."""
     first = reports[0]
-    lines = [f"simulate {first['stack']} over {first['trace']}: {first['seconds']:,} s in steps of "
-             f"{first['step_seconds']} s"]
+    lines = [f"simulate {first['stack']} over {first['trace']}: {first['seconds']:,} s, the scalers acting every "
+             f"{first['controller_step_seconds']} s"]
     rows = []
     for index, service in enumerate(first["services"]):
         for report_ in reports:

@@ -346,9 +346,11 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
             "slo": None if model.slo is None else model.slo.model_dump(),
         }
         if model.disaggregation is not None:
-            # The engine-step model is one engine that prefills and decodes; its figures would misstate both roles.
-            rows.append({**row, "error": "not modelled for a prefill/decode service: one engine's model would "
-                         "misstate both roles (their sizing and cost are in the placements)"})
+            # The service's throughput and $/token would add two engines' figures the one-engine estimate does not
+            # split; each role's replicas within its part of the SLO are modelled (scaling_thresholds.role_of).
+            rows.append({**row, "error": "throughput and cost per token not modelled for a prefill/decode service "
+                         "(their sizing and cost are in the placements); each role's replicas within the SLO are in "
+                         "roles[]", "roles": _role_capacities(spec, model)})
             continue
         try:
             hardware = PoolHardware(spec.pool(model.pool))
@@ -371,7 +373,7 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
                 "replicas_needed": estimate.replicas,
                 "max_replicas": model.autoscaling.max_replicas,
                 "capacity_requests_per_minute": round(estimate.capacity_requests_per_second * 60, 1),
-                "slo_capacity": slo_capacity_of(model, hardware),
+                "slo_capacity": slo_capacity_of(model, model, hardware),
                 "usd_per_hour": round(estimate.usd_per_hour, 2),
                 "usd_per_million_output_tokens": round(estimate.usd_per_million_output_tokens, 4),
                 "usd_per_million_output_tokens_at_full_load": round(
@@ -389,25 +391,33 @@ def throughput(spec: StackSpec) -> dict[str, Any]:
     }
 
 
-def slo_capacity_of(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, Any] | None:
+def slo_capacity_of(engine: ModelServiceSpec, service: ModelServiceSpec, hardware: PoolHardware) -> dict[str, Any] | None:
     """Replicas the stated traffic needs within the SLO beside max_replicas, as CI reads it (and the slo-capacity
     policy is configured with)."""
     from inferstack.planning.scaling_thresholds import slo_capacity
 
-    found = slo_capacity(model, hardware)
+    found = slo_capacity(engine, service, hardware)
     return None if found is None else found.as_dict()
+
+
+def _role_capacities(spec: StackSpec, service: ModelServiceSpec) -> list[dict[str, Any]]:
+    """Each engine of a prefill/decode service: its role and replicas within its part of the SLO."""
+    return [{"engine": engine.name, "role": engine.pd_role,
+             "slo_capacity": slo_capacity_of(engine, service, PoolHardware(spec.pool(engine.pool)))}
+            for engine in spec.models if engine.pd_service == service.name]
 
 
 def scalers(spec: StackSpec) -> list[dict[str, Any]]:
     """Each engine's KEDA trigger and threshold as the ScaledObject states them, and where the figure came from."""
-    from inferstack.serving.autoscaling import needs_scaler, scaler_metric, service_of
+    from inferstack.planning.disaggregation import service_of
+    from inferstack.serving.autoscaling import needs_scaler, scaler_metric
 
     rows = []
     for model in spec.models:
         if not needs_scaler(spec, model):
             continue
         chosen = scaler_metric(spec, model)
-        rows.append({"engine": model.name, "service": service_of(spec, model).name,
+        rows.append({"engine": model.name, "service": service_of(spec.models, model).name,
                      "trigger": chosen.trigger, "metric": chosen.metric,
                      "threshold": chosen.threshold, "derivation": chosen.derivation})
     return rows

@@ -34,7 +34,7 @@ from typing import Any
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
 
-from inferstack.planning.disaggregation import metric_labels
+from inferstack.planning.disaggregation import metric_labels, service_of
 from inferstack.planning.scaling_thresholds import HPA_TOLERANCE, derive_threshold
 from inferstack.planning.service_performance import workload_of
 from inferstack.serving import names, pods
@@ -70,16 +70,11 @@ class ScalerMetric:
         return self.metric.replace("_", "-")
 
 
-def service_of(spec: StackSpec, engine: ModelServiceSpec) -> ModelServiceSpec:
-    """The service whose traffic and SLO an engine serves: a prefill engine's disaggregated service, else itself."""
-    return next((m for m in spec.models if m.name == engine.pd_service), engine)
-
-
 def scaler_metric(spec: StackSpec, model: ModelServiceSpec) -> ScalerMetric:
     """The stated metric and target, the model's when the service states an slo and the engine neither, else the
     defaults."""
     scaling = model.autoscaling
-    derived = derive_threshold(model, service_of(spec, model), PoolHardware(spec.pool(model.pool)))
+    derived = derive_threshold(model, service_of(spec.models, model), PoolHardware(spec.pool(model.pool)))
     if derived is not None:
         return ScalerMetric(derived.metric, f"{derived.threshold:.10g}", derived.derivation)
     metric = scaling.metric or "queue_depth"
@@ -121,7 +116,7 @@ def metric_trigger(spec: StackSpec, model: ModelServiceSpec, prometheus: str) ->
     elif chosen.metric == "running_sequences":
         query = f"sum(vllm:num_requests_running{{{engine}}})"
     elif chosen.metric == "prompt_tokens":
-        prompt = workload_of(service_of(spec, model).traffic).computed_prompt_tokens
+        prompt = workload_of(service_of(spec.models, model).traffic).computed_prompt_tokens
         query = f"sum(vllm:num_requests_running{{{engine}}} + vllm:num_requests_waiting{{{engine}}}) * {prompt}"
     elif chosen.metric == "kv_cache":
         query = f"avg(vllm:kv_cache_usage_perc{{{engine}}})"

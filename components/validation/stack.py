@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from inferstack.aws import refusals as aws_refusals
 from inferstack.planning import refusals as planning_refusals
 from inferstack.planning.auto_placement import is_auto, resolve_models
-from inferstack.planning.disaggregation import expand as expand_engines, prefill_engine
+from inferstack.planning.disaggregation import expand as expand_engines, prefill_engine, service_of
 from inferstack.planning.minimum_capacity import minimum_capacity_refusals
 from inferstack.platform import refusals as platform_refusals
 from inferstack.serving import refusals as serving_refusals
@@ -167,7 +167,7 @@ def _check_engine(spec: StackSpec, path: str, model: ModelServiceSpec, pools: di
     service_checks.check_model(spec, path, model, hardware)
     platform_refusals.check_model(spec, path, model)
     serving_refusals.check_model(spec, path, model, hardware)
-    planning_refusals.check_model(path, model, hardware)
+    planning_refusals.check_model(path, model, service_of(spec.models, model), hardware)
 
 
 def _check_prefill_engine(spec: StackSpec, path: str, engine: ModelServiceSpec, pools: dict[str, PoolHardware]) -> None:
