@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,22 @@ def test_zero_traffic_costs_the_plans_min_scale_and_starts_nothing(tmp_path):
     assert result.gpu_hours == pytest.approx(2.0)
 
 
+def test_the_last_step_is_charged_only_up_to_the_trace_end(tmp_path):
+    """Worked by hand: rows at 0, 1 and 3600 s make a 1-s spacing, so the trace ends at 3601 s, 1 s into a 15-s
+    controller step. The two min replicas are charged those 3601 s, not the 3615 s to that step's end: 2 x 3601 /
+    3600 GPU hours and the plan's min-scale $/h (presentation/summary.engine_cost 'min', two replicas at the
+    replica's on-demand price) x 3601 / 3600."""
+    validated = small(min_replicas=2, max_replicas=3)
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"time_s,service,requests_per_second\n0,{SERVICE},0\n1,{SERVICE},0\n3600,{SERVICE},0\n")
+    result = replay(validated, trace)
+    replica_usd_per_hour = report.setups(validated)[0][0].replica_usd_per_hour
+    plan = engine_cost(validated.stack.models[0], validated.pools["l40s"], validated.stack)
+    assert result.gpu_hours == round(2 * 3601 / 3600, 3)
+    assert result.usd == round(2 * replica_usd_per_hour * 3601 / 3600, 2)
+    assert result.usd == pytest.approx(plan["min"] * 3601 / 3600, abs=0.01)   # the plan rounds its $/h to cents
+
+
 def test_scale_to_zero_and_back_starts_cold_once(tmp_path):
     """Worked by hand, min 0 with scale_to_zero (idleReplicaCount 0, minReplicaCount 1), one request every 100 s (so
     the few that wait for the start stay under 8 x 1.1 queued and ask no second replica): the replay starts idle; the
@@ -184,7 +201,7 @@ def test_under_karpenter_a_node_left_empty_past_consolidate_after_takes_its_weig
                                                                                     cold_starts):
     """Worked by hand, the scale-to-zero case under Karpenter (no standing node): the first wake launches a node, a
     cold start. Requests stop at 600 and the last poll the `requests` trigger is active at is 1170 (585 + the 10-minute
-    window, exclusive); KEDA idles the service at I, the first poll at least cooldownPeriod after 1170, and the node
+    window, exclusive); KEDA idles the service at I, the first poll more than cooldownPeriod after 1170, and the node
     is empty from then. The serving NodePool consolidates an empty node after consolidateAfter 30m
     (platform/karpenter_pools.py SERVING_CONSOLIDATE_AFTER; Karpenter docs "Disruption", consolidationPolicy
     WhenEmpty): requests back at I + 900 find the node and its cached weights (a warm start, one cold start in
@@ -194,7 +211,7 @@ def test_under_karpenter_a_node_left_empty_past_consolidate_after_takes_its_weig
     document["node_pools"][0].update(min_nodes=0, capacity={"on_demand_base": 0, "spot": False})
     validated = validate(StackSpec.model_validate(document))
     cooldown = report.setups(validated)[0][0].scaler.cooldown
-    idle = 1170 + math.ceil(cooldown / STEP) * STEP
+    idle = 1170 + (cooldown // STEP + 1) * STEP   # KEDA idles at the first poll after lastActive + cooldown
     back = idle + idle_seconds
     result = replay(validated, write_trace(tmp_path / "t.csv", [(0, 0.01), (600, 0.0), (back, 0.01)], back + 900))
     assert (result.cold_starts, result.scale_ups) == (cold_starts, 2)
@@ -221,11 +238,98 @@ def test_the_hpa_rule_per_metric_type():
     metric itself (KEDA docs, scaledobject-spec, triggers[].metricType)."""
     average = sim.Trigger("queue-depth", "AverageValue", 8, 0)
     value = sim.Trigger("kv-cache", "Value", 0.8, 0)
-    assert sim.metric_replicas(average, 40, 2, 10) == 5      # 40 waiting over 2 replicas, 8 each: 5
-    assert sim.metric_replicas(average, 17, 2, 10) == 2      # 8.5 each: within 10% of 8
-    assert sim.metric_replicas(value, 0.96, 3, 10) == 4      # ceil(3 x 0.96 / 0.8) = ceil(3.6)
-    assert sim.metric_replicas(value, 0.2, 4, 10) == 1
-    assert sim.metric_replicas(average, 1e300, 2, 10) == 10  # capped at maxReplicaCount before rounding
+    assert sim.metric_replicas(average, 40, 2, 2, 10) == 5      # 40 waiting over 2 replicas, 8 each: 5
+    assert sim.metric_replicas(average, 17, 2, 2, 10) == 2      # 8.5 each: within 10% of 8
+    assert sim.metric_replicas(value, 0.96, 3, 3, 10) == 4      # ceil(3 x 0.96 / 0.8) = ceil(3.6)
+    assert sim.metric_replicas(value, 0.2, 4, 4, 10) == 1
+    assert sim.metric_replicas(average, 1e300, 2, 2, 10) == 10  # capped at maxReplicaCount before rounding
+
+
+def test_a_value_target_scales_the_ready_pods_and_an_average_value_target_every_pod():
+    """kubernetes/kubernetes pkg/controller/podautoscaler/replica_calculator.go: for a Value target
+    GetExternalMetricReplicas -> getUsageRatioReplicaCount keeps the spec replicas within the tolerance, else asks
+    ceil(usageRatio x readyPodCount); for AverageValue GetExternalPerPodMetricReplicas takes the status replicas
+    (every pod the Deployment made, ready or starting), compares usage / (target x replicas) and asks
+    ceil(usage / target). Worked by hand with 4 replicas of which 2 are ready."""
+    value = sim.Trigger("kv-cache", "Value", 0.8, 0)
+    average = sim.Trigger("queue-depth", "AverageValue", 8, 0)
+    assert sim.metric_replicas(value, 1.2, 4, 2, 10) == 3       # ratio 1.5 x 2 ready, not x 4 asked
+    assert sim.metric_replicas(value, 0.84, 4, 2, 10) == 4      # ratio 1.05: within the tolerance, the 4 stay
+    assert sim.metric_replicas(value, 0.2, 4, 0, 10) == 0       # no ready pod: the HPA's minimum takes over
+    assert sim.metric_replicas(average, 40, 4, 2, 10) == 5      # 40 / (8 x 4) = 1.25: ceil(40 / 8)
+    assert sim.metric_replicas(average, 34, 4, 2, 10) == 4      # 34 / 32 = 1.06: within the tolerance
+
+
+def scaler(down: dict | None = None, up: dict | None = None, **fields) -> sim.Scaler:
+    """A ScaledObject on queue depth (target 8 a replica, min 1, max 10, polling 15 s) with these HPA behaviours."""
+    behavior = {key: rules for key, rules in (("scaleDown", down), ("scaleUp", up)) if rules is not None}
+    body = {"minReplicaCount": 1, "maxReplicaCount": 10, "pollingInterval": 15, "cooldownPeriod": 300, **fields,
+            "triggers": [{"name": "queue-depth", "metadata": {"threshold": "8"}}],
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior}}}
+    return sim.scaler_from_scaled_object(body, SERVICE)
+
+
+def controlled(scaled_by: sim.Scaler, replicas: int) -> sim._Service:
+    """The small stack's service under `scaled_by` at `replicas`, every pod ready: the controllers alone, the test
+    setting the queue."""
+    setup = replace(report.setups(small())[0][0], scaler=scaled_by)
+    return sim._Service(setup, sim._SteadyStates(setup), (), replicas, [sim._Pod(0) for _ in range(replicas)])
+
+
+def test_scale_down_lands_the_sync_the_stabilization_window_lets_go_of_the_higher_recommendation():
+    """kubernetes/kubernetes pkg/controller/podautoscaler/horizontal.go stabilizeRecommendationWithBehaviors applies
+    the highest recommendation whose timestamp.After(now - window). Worked by hand, window 300 s, 3 replicas: the
+    sync at 0 reads 24 waiting (8 a replica: 3 recommended), every later sync an empty queue (1). At 285 the window
+    holds the 3 of 0; at 300 that sample is exactly 300 s old, not after now - 300, so the HPA scales down to 1 then
+    (the default Percent 100 policy allows it), not a sync later."""
+    service = controlled(scaler(down={"stabilizationWindowSeconds": 300}), 3)
+    service.queued = 24.0
+    assert sim._hpa(service, 0, service.setup.scaler) == 3
+    service.queued = 0.0
+    decided = {now: sim._hpa(service, now, service.setup.scaler) for now in range(15, 301, 15)}
+    assert decided[285] == 3 and decided[300] == 1
+
+
+def test_a_percent_policy_rounds_as_the_hpa_does():
+    """horizontal.go calculateScaleDownLimitWithBehaviors allows int32(start x (1 - value/100)), the conversion
+    truncating, and calculateScaleUpLimitWithScalingRules int32(math.Ceil(start x (1 + value/100))). From 5 at 50%:
+    down to int(2.5) = 2, up to ceil(7.5) = 8; through the HPA, an empty queue (1 asked) with no stabilization
+    window lands on 2."""
+    policy = (("Percent", 50.0, 60),)
+    assert sim._rate_limit([], 0, 5, policy, "Max", up=False) == 2
+    assert sim._rate_limit([], 0, 5, policy, "Max", up=True) == 8
+    halving = scaler(down={"stabilizationWindowSeconds": 0,
+                           "policies": [{"type": "Percent", "value": 50, "periodSeconds": 60}]})
+    assert sim._hpa(controlled(halving, 5), 0, halving) == 2
+
+
+def test_select_policy_disabled_stops_scaling_that_way_only():
+    """horizontal.go calculateScaleDownLimitWithBehaviors and calculateScaleUpLimitWithScalingRules return the current
+    replicas when selectPolicy is Disabled (Kubernetes docs, "Horizontal Pod Autoscaling", "Disable scale down").
+    Worked by hand from 4 replicas: scale-down disabled, an empty queue (1 asked) keeps 4 and 400 waiting (50 asked)
+    still scales up by the default policies to 8 (100% or 4 pods); scale-up disabled, 400 waiting keeps 4."""
+    no_down = scaler(down={"stabilizationWindowSeconds": 0, "selectPolicy": "Disabled"})
+    service = controlled(no_down, 4)
+    assert sim._hpa(service, 0, no_down) == 4
+    service.queued = 400.0
+    assert sim._hpa(service, 15, no_down) == 8
+    no_up = scaler(up={"selectPolicy": "Disabled"})
+    service = controlled(no_up, 4)
+    service.queued = 400.0
+    assert sim._hpa(service, 0, no_up) == 4
+
+
+def test_keda_idles_only_after_the_cooldown_has_passed():
+    """kedacore/keda v2.20.2 pkg/scaling/executor/scale_scaledobjects.go scaleToZeroOrIdle scales to idleReplicaCount
+    when LastActiveTime.Add(cooldownPeriod).Before(time.Now()), strictly after. Worked by hand, cooldownPeriod 300,
+    polling 15, the trigger last active at 0: the poll at 300 keeps the replica, the poll at 315 idles it at 0."""
+    idling = scaler(idleReplicaCount=0)
+    service = controlled(idling, 1)
+    service.last_active = 0
+    sim._control(service, 300)
+    assert service.replicas == 1
+    sim._control(service, 315)
+    assert service.replicas == 0
 
 
 def test_an_unknown_trigger_name_is_refused_by_name():
@@ -288,6 +392,8 @@ def test_against_a_second_stack_prints_both_side_by_side(tmp_path, capsys):
         ("time_s,service,requests_per_second\n0,llama-8b-fp8,1\n15,nobody,1\n", [], "t.csv:3 service"),
         ("time_s,service,requests_per_second\n0,llama-8b-fp8,1\n15,llama-8b-fp8,-2\n", [],
          "t.csv:3 requests_per_second"),
+        ("time_s,service,requests_per_second\n0,llama-8b-fp8,1\n1000000000000,llama-8b-fp8,1\n", [],
+         "t.csv:3 time_s"),
         ("time,service,rps\n0,llama-8b-fp8,1\n", [], "t.csv:1"),
         ("time_s,service,requests_per_second,mean_input_tokens,mean_output_tokens\n0,llama-8b-fp8,1,9000,10\n"
          "15,llama-8b-fp8,1,,\n", [], "t.csv llama-8b-fp8 at time_s 0"),
@@ -340,6 +446,19 @@ def test_a_trace_row_at_an_absurd_rate_or_with_a_byte_order_mark(tmp_path, capsy
     assert json.loads(capsys.readouterr().out)["runs"][0]["services"][0]["requests"] == 30.0
 
 
+def test_a_trace_row_past_31_days_is_refused_at_its_row(tmp_path):
+    """A time_s beyond MAX_TRACE_SECONDS (31 days) would have the replay step through it for hours: refused at its
+    row with the bound; a row at the bound reads."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"time_s,service,requests_per_second\n0,{SERVICE},1\n{sim.MAX_TRACE_SECONDS + 1},{SERVICE},1\n")
+    with pytest.raises(SpecError) as refused:
+        sim.read_trace(trace, [SERVICE])
+    assert refused.value.path == "t.csv:3 time_s"
+    assert "above 2,678,400 (31 days" in refused.value.problem and "at most 2,678,400" in refused.value.fix
+    trace.write_text(f"time_s,service,requests_per_second\n0,{SERVICE},1\n{sim.MAX_TRACE_SECONDS},{SERVICE},1\n")
+    assert sim.read_trace(trace, [SERVICE]).rows[SERVICE][-1].time == sim.MAX_TRACE_SECONDS
+
+
 def test_an_embedding_service_without_traffic_takes_one_output_token_within_its_context(tmp_path):
     """An embedding (pooling) model generates no token after the prompt: where neither the trace row nor the service
     states tokens, it takes one output token and a prompt cut to its max_model_len (prod's bge-embed: 512)."""
@@ -374,9 +493,11 @@ def role_rate(setup: sim.ServiceSetup, tokens: tuple[int, int]) -> float:
 def test_a_prefill_decode_service_runs_its_requests_through_both_engines_in_tandem(tmp_path):
     """Worked by hand, a P/D service at half of what one replica of either role carries, no SLO: every request
     prefills on the prefill engine and goes on to the decode engine (its 8000-token prompt is above non_cached_tokens
-    256, llm-d-router pd-profile-handler), so both engines see every request, neither queues (attainment 1), and the
-    first token is the prefill engine's time to first token plus one decode step of the decode engine (vLLM's NIXL
-    connector loads the prompt's KV, disaggregation.role_workload)."""
+    256, llm-d-router pd-profile-handler), so both engines see every request and neither queues; the first token is
+    the prefill engine's time to first token F plus one decode step of the decode engine (vLLM's NIXL connector loads
+    the prompt's KV, disaggregation.role_workload). A request reaches the decode engine F after its prefill turn, so
+    those whose turn came in the trace's last F seconds are still on their way at its end: missed, attainment
+    1 - F / 1800."""
     base = validate(StackSpec.model_validate(pd_document()))
     roles = pd_roles(base)
     tokens = base.stack.models[0].traffic.mean_input_tokens, base.stack.models[0].traffic.mean_output_tokens
@@ -388,9 +509,9 @@ def test_a_prefill_decode_service_runs_its_requests_through_both_engines_in_tand
     result = report.run(validated, report.read_trace(trace, validated))
     decode, prefill = (next(r for r in result.services if r.service == name) for name in (PD, f"{PD}-prefill"))
     assert prefill.requests == decode.requests == pytest.approx(rate * 1800, abs=0.1)
-    assert prefill.slo_attainment is None and decode.slo_attainment == 1.0
-    assert (decode.scale_ups, prefill.scale_ups, decode.peak_queue, prefill.peak_queue) == (0, 0, 0.0, 0.0)
     first = sim._SteadyStates(roles["prefill"]).point((tokens[0], 2), rate).ttft
+    assert prefill.slo_attainment is None and decode.slo_attainment == pytest.approx(1 - first / 1800, abs=1e-6)
+    assert (decode.scale_ups, prefill.scale_ups, decode.peak_queue, prefill.peak_queue) == (0, 0, 0.0, 0.0)
     step = sim._SteadyStates(roles["decode"]).point(tokens, rate).itl
     assert decode.ttft_p50_ms == pytest.approx((first + step) * 1000, rel=0.02)
     assert result.total()["requests"] == decode.requests   # a request counted once, where it answers
@@ -407,6 +528,48 @@ def test_a_short_prompt_skips_the_prefill_engine(tmp_path):
     decode, prefill = (next(r for r in result.services if r.service == name) for name in (PD, f"{PD}-prefill"))
     assert prefill.requests == 0.0 and decode.requests == pytest.approx(300.0)
     assert decode.slo_attainment == 1.0
+
+
+def test_a_prefill_engine_hands_a_request_on_when_its_prompt_is_computed():
+    """The module's rule: a request joins the decode engine's queue when the prefill engine has computed its prompt,
+    the prefill engine's time to first token F after its turn, with F behind it. Worked by hand: 5 requests arriving
+    evenly from 10 s to 20 s, served as they arrive (one every 2 s, under one replica's full-load rate), reach the
+    decode engine from 10 + F to 20 + F."""
+    roles = pd_roles(validate(StackSpec.model_validate(pd_document())))
+    prefill, decode = (sim._Service(roles[r], sim._SteadyStates(roles[r]), (), 1) for r in ("prefill", "decode"))
+    prefill.decode = decode
+    tokens = prefill.tokens()
+    speed = prefill.states.capacity(tokens)
+    prefill.point = prefill.states.point(tokens, 0.5)
+    piece = sim._Piece(10.0, 20.0, 5.0)
+    sim._book(prefill, piece, 5.0, 10.0, 1 / speed - piece.spacing, speed)
+    (handed,) = decode.queue
+    first = prefill.point.ttft
+    assert (handed.first, handed.last, handed.requests) == pytest.approx((10 + first, 20 + first, 5.0))
+    assert (handed.base, handed.wait_first, handed.wait_last) == pytest.approx((first, 0.0, 0.0))
+
+
+def test_requests_left_at_the_prefill_engine_count_as_missed_on_the_service_row(tmp_path):
+    """Worked by hand, the P/D service with no SLO: 1500 s at half of what one replica of either engine carries (no
+    request waits: all met), then 300 s at three times what the prefill engine's max_replicas carry, so every request
+    of the burst waits at the prefill engine and most are still queued there at the end. The service's row (the
+    decode engine's) and the total count every request of the trace, the queued ones missed: attainment =
+    the first 1500 s's requests over all of them."""
+    validated = validate(StackSpec.model_validate(pd_document()))
+    roles = pd_roles(validated)
+    model = validated.stack.models[0]
+    tokens = model.traffic.mean_input_tokens, model.traffic.mean_output_tokens
+    prefill_rate = role_rate(roles["prefill"], (tokens[0], roles["prefill"].default_tokens[1]))
+    calm = 0.5 * min(prefill_rate, role_rate(roles["decode"], tokens))
+    burst = 3 * prefill_rate * roles["prefill"].model.autoscaling.max_replicas
+    trace = tmp_path / "t.csv"
+    trace.write_text(resample([(0, calm), (1500, burst)], 1800, 300).replace(SERVICE, PD))
+    result = report.run(validated, report.read_trace(trace, validated))
+    decode, prefill = (next(r for r in result.services if r.service == name) for name in (PD, f"{PD}-prefill"))
+    sent = calm * 1500 + burst * 300
+    assert decode.requests == prefill.requests == result.total()["requests"] == pytest.approx(sent, abs=0.1)
+    assert decode.slo_attainment == pytest.approx(calm * 1500 / sent, abs=1e-5)
+    assert result.total()["slo_attainment"] == decode.slo_attainment
 
 
 def test_the_readme_prints_what_simulate_prints_for_the_shipped_day():

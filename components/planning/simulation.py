@@ -1,7 +1,7 @@
 """`inferstack simulate`: a deterministic replay of a traffic trace through what a stack deploys.
 
 The controllers act in fixed steps (the greatest common divisor of the HPA's sync period and the scalers' polling
-intervals), independent of the trace's resolution; a cooldown ends at the first step boundary at or after it.
+intervals), independent of the trace's resolution; a cooldown ends at the first poll after it.
 Between controller actions the queue is a fluid: within each stretch of constant arrival rate and ready replicas
 (split at trace rows and at the moment a pod becomes ready, to the second it does), requests arrive evenly, the ready replicas serve at
 most their full-load rate (load.at_concurrency at the admission limit), first in, first out, and a request's wait
@@ -13,8 +13,9 @@ wait. Per step and service:
 * the HPA evaluates every HPA_SYNC_SECONDS and turns each trigger into replicas (metric_replicas); scale-down
   waits for the stabilization window and its policies, scale-up takes the HPA's default policies (HPA_SCALE_UP);
 * KEDA polls every pollingInterval for activation: at zero, any trigger above its activationThreshold wakes the
-  service, and it idles at idleReplicaCount once every trigger has stayed at or below activation for cooldownPeriod
-  (KEDA docs, "ScaledObject specification", https://keda.sh/docs/2.20/reference/scaledobject-spec/: the KEDA
+  service, and it idles at idleReplicaCount once every trigger has stayed at or below activation for longer than
+  cooldownPeriod (kedacore/keda pkg/scaling/executor/scale_scaledobjects.go: lastActiveTime + cooldownPeriod before
+  now; KEDA docs, "ScaledObject specification", https://keda.sh/docs/2.20/reference/scaledobject-spec/: the KEDA
   catalog/charts.json pins, 2.20.2; KEDA's admission webhook warns "PollingInterval is only relevant when
   minReplicaCount = 0 or idleReplicaCount = 0 or useCachedMetrics is enabled": 1 <-> N is the HPA's, which reads
   the metric afresh at each sync);
@@ -35,7 +36,8 @@ KEDA's initialCooldownPeriod.
 A prefill/decode service is two engines in tandem, each with its own scaler, pods and pool: a request whose prompt
 goes to a prefill engine (ServiceSetup.rate) queues there, and when its prompt is computed (the prefill engine's
 time to first token) it joins the decode engine's queue in the order it left, its waits carried with it; the
-decode engine's row holds the service's latency and attainment.
+decode engine's row holds the service's latency and attainment over every request sent to the service (one still
+queued at either engine, or on its way between them, at the trace's end counts as missed).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ RATE_BUCKETS = 200   # steady states looked up per 1/200 of a replica's full-loa
 # The most requests a second a trace row may state: far above any cluster the stack describes, and small enough
 # that every count derived from it stays a finite float.
 MAX_REQUESTS_PER_SECOND = 1e6
+# The latest time_s a trace row may state, 31 days: a month of traffic, and few enough controller steps that the
+# replay ends in minutes.
+MAX_TRACE_SECONDS = 31 * 24 * 3600
 # The HPA controller evaluates each HPA every sync period: kube-controller-manager
 # --horizontal-pod-autoscaler-sync-period, default 15 s (Kubernetes docs, "Horizontal Pod Autoscaling", "How does a
 # HorizontalPodAutoscaler work?").
@@ -104,16 +109,24 @@ class Trace:
     end: int
 
 
-def _number(text: str, where: str, column: str, kind: type, least: float, most: float = math.inf) -> Any:
+def _bound(value: float) -> str:
+    return f"{value:,.0f}" if value == int(value) else f"{value:g}"
+
+
+def _number(text: str, where: str, column: str, kind: type, least: float, most: float = math.inf,
+            most_means: str = "") -> Any:
+    """A cell as `kind` within [least, most]; `most_means` says why the bound (added to the refusal)."""
     try:
         value = kind(text)
     except (TypeError, ValueError):
         raise SpecError(f"{where} {column}", f"{text!r} is not a{'n integer' if kind is int else ' number'}",
                         f"write {column} as a{' whole' if kind is int else ''} number") from None
-    if not math.isfinite(value) or not least <= value <= most:
-        problem = (f"{text!r} is not finite" if not math.isfinite(value)
-                   else f"{text!r} is below {least:g}" if value < least else f"{text!r} is above {most:g}")
-        bounds = f"at least {least:g}" + (f" and at most {most:g}" if math.isfinite(most) else "")
+    finite = kind is int or math.isfinite(value)   # an int of any size compares exactly, never overflows
+    if not finite or not least <= value <= most:
+        problem = (f"{text!r} is not finite" if not finite
+                   else f"{text!r} is below {_bound(least)}" if value < least
+                   else f"{text!r} is above {_bound(most)}{most_means}")
+        bounds = f"at least {_bound(least)}" + (f" and at most {_bound(most)}" if math.isfinite(most) else "")
         raise SpecError(f"{where} {column}", problem, f"write {column} as a number {bounds}")
     return value
 
@@ -143,7 +156,8 @@ def read_trace(path: Path, services: Sequence[str]) -> Trace:
         if service not in services:
             raise SpecError(f"{where} service", f"{service!r} is not a model service of the stack "
                             f"({', '.join(services)})", "name one of the stack's model services")
-        time = _number(values["time_s"], where, "time_s", int, 0)
+        time = _number(values["time_s"], where, "time_s", int, 0, MAX_TRACE_SECONDS,
+                       " (31 days, the longest trace the replay runs)")
         rate = _number(values["requests_per_second"], where, "requests_per_second", float, 0,
                        MAX_REQUESTS_PER_SECOND)
         tokens = [_number(values[c], where, c, int, 1) if values.get(c) else None for c in TOKEN_COLUMNS]
@@ -219,18 +233,20 @@ def scaler_from_scaled_object(body: Mapping[str, Any], service: str) -> Scaler:
     )
 
 
-def metric_replicas(trigger: Trigger, metric: float, current: int, most: int) -> int:
-    """Replicas the HPA asks for on one trigger (Kubernetes docs, "Horizontal Pod Autoscaling", "Algorithm details":
-    desired = ceil(current x metric / target), nothing within the tolerance), at most `most` (maxReplicaCount):
-    AverageValue divides the summed metric by the replicas, so its ratio is metric / (current x target); Value
-    compares the metric itself."""
-    per_replica = metric / current if trigger.metric_type == "AverageValue" and current else metric
-    ratio = per_replica / trigger.threshold
-    if current and abs(ratio - 1) <= HPA_TOLERANCE:
-        return current
+def metric_replicas(trigger: Trigger, metric: float, current: int, ready: int, most: int) -> int:
+    """Replicas the HPA asks for on one trigger of a KEDA external metric, at most `most` (maxReplicaCount), as
+    kubernetes/kubernetes pkg/controller/podautoscaler/replica_calculator.go computes them, nothing within the
+    tolerance: AverageValue (GetExternalPerPodMetricReplicas, given the target's status replicas: every pod the
+    Deployment made, `current`) compares metric / (current x target) and asks ceil(metric / target); Value
+    (GetExternalMetricReplicas, getUsageRatioReplicaCount) compares metric / target and asks ceil(ratio x the ready
+    pods)."""
+    average = trigger.metric_type == "AverageValue"
     if not current:   # from zero KEDA's activation hands the HPA minReplicaCount; the metric sizes beyond it
-        return math.ceil(min(metric / trigger.threshold, most)) if trigger.metric_type == "AverageValue" else 1
-    return math.ceil(min(current * ratio, most))
+        return math.ceil(min(metric / trigger.threshold, most)) if average else 1
+    ratio = metric / (trigger.threshold * current) if average else metric / trigger.threshold
+    if abs(ratio - 1) <= HPA_TOLERANCE:
+        return current
+    return math.ceil(min(metric / trigger.threshold if average else ratio * ready, most))
 
 
 # ------------------------------------------------------------------------------------------ the services
@@ -512,17 +528,18 @@ def _signal(name: str, service: _Service, now: int) -> float:
         return 0.0
     point = service.point or service.states.point(service.tokens(), 0.0)
     tokens = service.tokens()
+    queued = _waiting(service, now)   # a decode engine's queue holds prompts its prefill engine still computes
     if name == "queue-depth":
-        return service.queued
+        return queued
     if name == "epp-queue":
-        return service.queued / ready
+        return queued / ready
     if name == "running-sequences":
         return ready * point.running
     if name == "prompt-tokens":
         # The rendered query: running plus waiting requests times the spec's computed prompt (on a prefill role every
         # running request is prefilling, so these are its outstanding prompt tokens).
         prompt = service.setup.default_tokens[0] - service.setup.shared_prefix_tokens
-        return (service.queued + ready * point.running) * prompt
+        return (queued + ready * point.running) * prompt
     workload = service.states.workload(tokens)   # kv-cache: the mean share of each replica's KV cache in use
     held = workload.held_tokens * point.running + workload.cached_prefix_tokens
     return min(1.0, held / (service.setup.engine.kv_tokens * service.setup.model.data_parallel))
@@ -530,31 +547,41 @@ def _signal(name: str, service: _Service, now: int) -> float:
 
 def _rate_limit(changes: list[tuple[int, int]], now: int, current: int, policies, select: str, up: bool) -> int:
     """The most (up) or fewest (down) replicas the HPA's policies allow now, from the replicas at the start of each
-    policy's period (Kubernetes docs, "Scaling policies")."""
+    policy's period, as kubernetes/kubernetes pkg/controller/podautoscaler/horizontal.go
+    calculateScaleUpLimitWithScalingRules and calculateScaleDownLimitWithBehaviors compute it: Pods adds or removes
+    its value; Percent up is int32(math.Ceil(start x (1 + value/100))), down int32(start x (1 - value/100)), the
+    conversion truncating; selectPolicy Disabled allows no change."""
+    if select == "Disabled":
+        return current
     limits = []
     for kind, value, period in policies:
         start = next((before for at, before in changes if at > now - period), current)
-        change = value if kind == "Pods" else math.ceil(start * value / 100) if up else math.floor(start * value / 100)
-        limits.append(start + change if up else start - change)
+        if kind == "Pods":
+            limits.append(start + value if up else start - value)
+        else:
+            limits.append(math.ceil(start * (1 + value / 100)) if up else int(start * (1 - value / 100)))
     pick = max if (select == "Max") == up else min
-    return pick(limits)
+    return int(pick(limits))
 
 
 def _hpa(service: _Service, now: int, scaler: Scaler) -> int:
     """Replicas after one HPA evaluation at `now` with the service active."""
     current = service.replicas
-    wanted = max(metric_replicas(t, _signal(t.name, service, now), current, scaler.max_replicas)
+    ready = service.ready(now)
+    wanted = max(metric_replicas(t, _signal(t.name, service, now), current, ready, scaler.max_replicas)
                  for t in scaler.triggers)
     wanted = min(scaler.max_replicas, max(scaler.min_replicas, wanted))
     service.history.append((now, wanted))
     horizon = now - max(scaler.down_window, scaler.up_window)
     while service.history and service.history[0][0] < horizon:
         service.history.pop(0)
+    # Stabilization (horizontal.go stabilizeRecommendationWithBehaviors): the recommendations of the window, those
+    # with timestamp.After(now - window), this one included.
     if wanted > current:
-        floor = min(r for at, r in service.history if at > now - scaler.up_window - 1) if scaler.up_window else wanted
+        floor = min(r for at, r in service.history if at > now - scaler.up_window) if scaler.up_window else wanted
         wanted = min(floor, _rate_limit(service.changes, now, current, scaler.up_policies, scaler.up_select, True))
         return max(current, wanted)
-    ceiling = max(r for at, r in service.history if at > now - scaler.down_window - 1)
+    ceiling = max(r for at, r in service.history if at > now - scaler.down_window or at == now)
     wanted = max(ceiling, _rate_limit(service.changes, now, current, scaler.down_policies, scaler.down_select, False))
     return min(current, wanted)
 
@@ -571,7 +598,7 @@ def _control(service: _Service, now: int) -> None:
             service.last_active = now
         if service.replicas == idle:
             target = max(scaler.min_replicas, _hpa(service, now, scaler)) if active else idle
-        elif not active and now - service.last_active >= scaler.cooldown:
+        elif not active and now - service.last_active > scaler.cooldown:   # KEDA: lastActive + cooldown before now
             target = idle
     if target == service.replicas != idle and now % HPA_SYNC_SECONDS == 0:
         target = _hpa(service, now, scaler)
@@ -655,7 +682,11 @@ def _serve_stretch(service: _Service, start: float, end: float) -> None:
     rate = service.rate()
     backlog = _waiting(service, start)
     if rate > 0:
-        _arrive(service, _Piece(start, end, rate * (end - start)))
+        piece = _Piece(start, end, rate * (end - start))
+        _arrive(service, piece)
+        service.arrived += piece.requests
+        if service.decode is not None:   # the service's row counts every request sent to it, wherever it waits
+            service.decode.arrived += piece.requests
     ready = service.ready(start)
     tokens = service.tokens()
     speed = ready * service.states.capacity(tokens) if ready else 0.0
@@ -683,7 +714,6 @@ def _waiting(service: _Service, at: float) -> float:
 def _arrive(service: _Service, piece: _Piece) -> None:
     service.queue.append(piece)
     service.queued += piece.requests
-    service.arrived += piece.requests
     service.last_request = max(service.last_request, piece.last)
 
 
@@ -727,16 +757,17 @@ def _segments(wait_at: float, slope: float, count: float) -> list[tuple[float, f
 
 
 def _book(service: _Service, piece: _Piece, count: float, free: float, slope: float, speed: float) -> None:
-    """The `count` requests taken from the head of `piece`: a prefill engine hands them to its decode engine as they
-    leave (their first token is not out yet), any other engine books them."""
+    """The `count` requests taken from the head of `piece`: a prefill engine hands them to its decode engine when
+    their prompt is computed, a time to first token after their turn (their first token is not out yet), any other
+    engine books them."""
     point = service.point
     for low, high, wait_low, wait_high in _segments(free - piece.first, slope, count):
         if high - low <= 0:
             continue
         before_low, before_high = piece.waited(low), piece.waited(high)
         if service.decode is not None:
-            leave_low = piece.first + low * piece.spacing + wait_low
-            leave_high = piece.first + high * piece.spacing + wait_high
+            leave_low = piece.first + low * piece.spacing + wait_low + point.ttft
+            leave_high = piece.first + high * piece.spacing + wait_high + point.ttft
             _arrive(service.decode, _Piece(leave_low, max(leave_high, leave_low + 1e-9), high - low,
                                            before_low + wait_low, before_high + wait_high, piece.base + point.ttft,
                                            handed=True))
@@ -791,6 +822,7 @@ def simulate(services: Sequence[ServiceSetup], pools: Sequence[PoolSetup], trace
         held = nodes_for_replicas(_pool_replicas(by_pool[pool.name]), pool.hardware)
         pool_state[pool.name] = _Pool(pool, max(pool.floor_nodes, held))
     for now in range(0, trace.end, step):
+        seconds = min(step, trace.end - now)   # the last step stops at the trace's end
         for service in state:
             while service.row + 1 < len(service.rows) and service.rows[service.row + 1].time <= now:
                 service.row += 1
@@ -801,16 +833,17 @@ def simulate(services: Sequence[ServiceSetup], pools: Sequence[PoolSetup], trace
             _reconcile(pool, members, now)
             spot = max(0, pool.nodes - pool.setup.on_demand_nodes) / pool.nodes if pool.nodes else 0.0
             for service in members:
-                service.pod_seconds_on_demand += len(service.pods) * step * (1 - spot)
-                service.pod_seconds_spot += len(service.pods) * step * spot
+                service.pod_seconds_on_demand += len(service.pods) * seconds * (1 - spot)
+                service.pod_seconds_spot += len(service.pods) * seconds * spot
         for service in order:
-            _serve(service, now, min(now + step, trace.end))
+            _serve(service, now, now + seconds)
     return SimulationResult(trace.end, step, tuple(_result(s) for s in state))
 
 
 def _result(service: _Service) -> ServiceResult:
     setup = service.setup
-    # Requests still queued at the end never got their first token in the replay: they count as missed.
+    # Requests still queued at the end (a prefill/decode service's at either engine, or on their way between them)
+    # never got their first token in the replay: they count as missed.
     attainment = service.met / service.arrived if service.arrived else 1.0
     hands_on = service.decode is not None
     pod_hours = (service.pod_seconds_on_demand + service.pod_seconds_spot) / SECONDS_PER_HOUR
