@@ -25,8 +25,9 @@ KUBERNETES_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "Prefer
 def expected_tags(group: NodeGroupView) -> dict[str, str]:
     """The node-template tags that describe one of the group's nodes: its device resources (stating
     nvidia.com/gpu even when renamed away, since the autoscaler would assume the instance type's GPUs),
-    its labels and the EKS capacity type label, and its taints."""
-    resources = dict(group.advertised or {})
+    its labels and the EKS capacity type label, and its taints. Devices a DRA driver hands out are no extended
+    resource of the node (they are in its ResourceSlices), so no tag states them."""
+    resources = dict(group.plugin_resources)
     instance = group.instance
     if instance is not None and instance.gpu_count:
         resources.setdefault(WHOLE_GPU, 0)

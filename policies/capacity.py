@@ -25,8 +25,8 @@ def _baseline(args: StackValidationArgs, report: ReportViolation) -> None:
     needs: dict[tuple[tuple[str, ...], str], list[tuple[RegisteredWorkload, int, float]]] = defaultdict(list)
     for registered in workloads(args.resources):
         found = registered.workload
-        template = found.gpu_template()
-        if found.tier != "online" or not found.is_serving or template is None:
+        template = registered.gpu_template()
+        if found.tier != "online" or not found.is_serving or template is None or not registered.claims_resolve:
             continue
         eligible = candidates(groups, template)
         if not eligible:
@@ -50,7 +50,7 @@ def _baseline(args: StackValidationArgs, report: ReportViolation) -> None:
             continue
         minimum = minimum_replicas(registered, scaled)
         names = tuple(sorted(g.name for g in baseline))
-        for resource_name, amount in registered.workload.device_requests_per_replica().items():
+        for resource_name, amount in registered.device_requests_per_replica().items():
             needs[(names, resource_name)].append((registered, minimum, amount))
     by_name = {g.name: g for g in groups}
     for (names, resource_name), services in needs.items():
@@ -82,7 +82,7 @@ def _batch_on_spot(args: StackValidationArgs, report: ReportViolation) -> None:
     groups = node_groups(args.resources)
     for registered in workloads(args.resources):
         found = registered.workload
-        template = found.gpu_template()
+        template = registered.gpu_template()
         if not found.is_batch or template is None:
             continue
         eligible = candidates(groups, template)

@@ -10,10 +10,36 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pulumi_policy.proxy import UnknownValueError
 
 EMPTY: Mapping[str, Any] = {}
+Checked = TypeVar("Checked")
+
+
+class UncheckedDuringPreview(UnknownValueError):
+    """Some items of a stack policy held values unknown during preview: the analyzer notes them as it notes any
+    unknown value (pulumi_policy policy.py: "can't run policy ... during preview: <message>"), after the
+    violations already reported for the rest."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.message = message
+
+
+def check_each(found: Iterable[Checked], check: Callable[[Checked], None]) -> None:
+    """`check` on every item; one that reads a value unknown during preview is left out and the others checked,
+    so one workload's unknown output does not hide another's violation."""
+    skipped = []
+    for item in found:
+        try:
+            check(item)
+        except UnknownValueError as error:
+            skipped.append(f"{item} was not checked ({error.message})")
+    if skipped:
+        raise UncheckedDuringPreview("; ".join(skipped))
 
 
 def is_list(value: Any) -> bool:

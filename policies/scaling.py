@@ -90,16 +90,16 @@ def pool_limit(groups: Sequence[NodeGroupView], registered: RegisteredWorkload) 
     """(most replicas the eligible node groups hold at max size, how) or None: the spec's scaling check
     counts the same way (planning.pool_capacity.replicas_held), whole pods per node. A replica whose pods
     request different devices counts each pod at the largest request of every device."""
-    template = registered.workload.gpu_template()
-    if template is None:
+    template = registered.gpu_template()
+    if template is None or not registered.claims_resolve:  # unresolved claims: gpu-requests-advertised reports them
         return None
     eligible = candidates(groups, template)
     if not eligible or any(g.advertised is None for g in eligible):
         return None
-    device_templates = [t for t in registered.workload.templates if t.device_requests()]
+    device_templates = [t for t in registered.workload.templates if registered.device_requests(t)]
     request: dict[str, float] = {}
     for t in device_templates:
-        for name, amount in t.device_requests().items():
+        for name, amount in registered.device_requests(t).items():
             if amount > 0:
                 request[name] = max(request.get(name, 0), amount)
     if not request:

@@ -23,10 +23,13 @@ from pulumi_policy import (
 from inferstack.catalog import GPUS
 from inferstack.catalog.vllm_recipes import fp8_kv_left_out
 from inferstack.conventions import MODEL_ANNOTATION
-from inferstack.policies.pools import candidates, node_groups, workloads
-from inferstack.policies.props import dig, mapping, text
+from inferstack.policies.pools import GPU_CLASS, MIG_CLASS, RegisteredWorkload, candidates, node_groups, workloads
+from inferstack.policies.props import check_each, dig, items, mapping, text
 from inferstack.policies.workloads import (
+    PodTemplate,
+    is_gpu_fraction,
     command_tokens,
+    device_resources,
     flag_value,
     is_pooling_model,
     is_vllm,
@@ -35,6 +38,7 @@ from inferstack.policies.workloads import (
     workload,
 )
 from inferstack.spec.architecture import catalog_stored_format
+from inferstack.spec.pools import WHOLE_GPU
 
 PROBES = ("startupProbe", "readinessProbe")
 REQUESTS = ("cpu", "memory")
@@ -177,15 +181,32 @@ def _local_gpus(tokens: list[str], group_size: int) -> tuple[int, str] | None:
     return tp * pp * ranks, f"tensor {tp} x pipeline {pp} x {ranks} data-parallel rank(s) on the node"
 
 
-def _parallel_layout(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    found = workload(args.resource_type, args.props, args.name)
-    if found is None:
-        return
+def _claim_sources(template: PodTemplate, container: Mapping[str, Any]) -> str:
+    """' through ResourceClaimTemplate inference/x-devices' for a container that uses claims, else ''."""
+    named = {text(mapping(entry).get("name")) for entry in items(dig(container, "resources", "claims"))}
+    sources = sorted({f"{c.kind} {template.namespace}/{c.source}" for c in template.claims() if c.name in named})
+    return f" through {len(named)} claims of {', '.join(sources)}" if sources else ""
+
+
+def _visible_gpus(template: PodTemplate, container: Mapping[str, Any], registered: RegisteredWorkload) -> float | None:
+    """Whole GPUs the container sees, 0 when it sees none; None when it holds one MIG slice or a GPU share (its
+    device count says nothing of the parallel layout)."""
+    limits = device_resources(container)
+    claimed = template.container_claimed(container, registered.claims)
+    if MIG_CLASS in claimed or any(is_gpu_fraction(name) for name in limits):
+        return None
+    return limits.get(WHOLE_GPU, 0) + claimed.get(GPU_CLASS, 0)
+
+
+def _check_layout(registered: RegisteredWorkload, report: ReportViolation) -> None:
+    found = registered.workload
     group_size = sum(t.copies for t in found.templates) if found.kind == "LeaderWorkerSet" else 1
     for template, container in found.vllm_containers():
-        gpus = template.device_requests().get("nvidia.com/gpu")
+        if template.unresolved_claims(registered.claims):
+            continue  # gpu-requests-advertised reports claims that do not resolve
+        gpus = _visible_gpus(template, container, registered)
         if gpus is None:
-            continue  # a MIG slice or a GPU share: one device
+            continue
         local = _local_gpus(command_tokens(container), group_size)
         if local is None or local[0] == gpus:
             continue
@@ -194,13 +215,22 @@ def _parallel_layout(args: ResourceValidationArgs, report: ReportViolation) -> N
         )
         needs, how = local
         report(
-            f"{where} requests {gpus:g} nvidia.com/gpu but its vLLM flags need {needs} ({how}): with fewer vLLM "
-            "fails at start, with more they sit idle. To fix: make the GPU request equal tensor_parallel x "
-            "data-parallel ranks per node, or change the parallel sizes."
+            f"{where} requests {gpus:g} nvidia.com/gpu{_claim_sources(template, container)} but its vLLM flags "
+            f"need {needs} ({how}): with fewer vLLM fails at start, with more they sit idle. To fix: make the GPU "
+            "request equal tensor_parallel x data-parallel ranks per node (on a device_mode 'dra' pool: the "
+            "GPUs of the claims the container names in resources.claims), or change the parallel sizes.",
+            registered.resource.urn,
         )
 
 
-vllm_parallel_layout = ResourceValidationPolicy(
+def _parallel_layout(args: StackValidationArgs, report: ReportViolation) -> None:
+    """The GPUs a vLLM container sees are its nvidia.com/gpu limit and the GPUs of the claims it names (a claim's
+    devices reach only the containers that list it in resources.claims: kubernetes KEP-4381, the kubelet's DRA
+    manager prepares them per container)."""
+    check_each(workloads(args.resources), lambda registered: _check_layout(registered, report))
+
+
+vllm_parallel_layout = StackValidationPolicy(
     name="vllm-parallel-layout",
     description="Each vLLM pod requests exactly the GPUs its tensor, pipeline and data-parallel flags run on its node.",
     validate=_parallel_layout,

@@ -2,6 +2,13 @@
 
 A Deployment, a Job and a LeaderWorkerSet keep their pods in different places; every rule that
 looks at pods goes through `workload()` so it handles all kinds the same way.
+
+A pod asks for devices two ways: extended resources in its containers' limits (a device plugin's), or
+Dynamic Resource Allocation claims (`spec.resourceClaims`, each generated from a ResourceClaimTemplate of the
+pod's namespace). A pod template keeps both apart (what its limits ask of a device plugin, what its claims ask
+per DeviceClass) for the rule that checks each against its own mechanism; for counting, claimed devices count as
+the extended resource their DeviceClass stands for (catalog/dra.py, the figures Kueue's deviceClassMappings count:
+kueue v0.19.2 pkg/dra/claims.go), so the capacity rules compare one kind of figure whichever way a pod asks.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferstack import conventions
+from inferstack.policies.claims import CLASS_RESOURCES, ClaimIndex, PodClaim, pod_claims
 from inferstack.policies.props import EMPTY, dig, items, mapping, quantity, string_map, text, whole
-from inferstack.spec.pools import EFA_RESOURCE
+from inferstack.spec.pools import EFA_RESOURCE, WHOLE_GPU
 
 # A workload's tier (online | standard | batch): its own label, else its Kueue priority class, which the
 # serving layer names after the tier (the spec requires a WorkloadPriorityClass per tier).
@@ -47,6 +55,11 @@ def is_device_resource(name: str) -> bool:
     return name.startswith("nvidia.com/") or name == EFA_RESOURCE
 
 
+def is_gpu_fraction(name: str) -> bool:
+    """A MIG slice (nvidia.com/mig-<profile>) or a GPU share (nvidia.com/gpu.shared, a renamed replica)."""
+    return name.startswith("nvidia.com/") and name != WHOLE_GPU
+
+
 @dataclass(frozen=True)
 class PodTemplate:
     role: str                 # "pod", or "leader" / "worker" for a LeaderWorkerSet
@@ -54,6 +67,7 @@ class PodTemplate:
     spec: Mapping[str, Any]
     copies: int               # pods of this template per replica (LWS: 1 leader, size-1 workers)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = "default"  # where its claim templates must live
 
     def containers(self, init: bool = True) -> list[Mapping[str, Any]]:
         found = [mapping(c) for c in items(self.spec.get("containers"))]
@@ -61,16 +75,92 @@ class PodTemplate:
             found += [mapping(c) for c in items(self.spec.get("initContainers"))]
         return found
 
-    def device_requests(self) -> dict[str, float]:
-        """Device resources one pod requests: regular containers add up, init containers run one at a time."""
+    def claims(self) -> list[PodClaim]:
+        return pod_claims(self.spec)
+
+    def plugin_requests(self) -> dict[str, float]:
+        """Extended resources one pod asks device plugins for: regular containers add up, init containers run one
+        at a time."""
         total: dict[str, float] = {}
         for container in self.containers(init=False):
-            for name, amount in _device_resources(container).items():
+            for name, amount in device_resources(container).items():
                 total[name] = total.get(name, 0) + amount
         for container in items(self.spec.get("initContainers")):
-            for name, amount in _device_resources(mapping(container)).items():
+            for name, amount in device_resources(mapping(container)).items():
                 total[name] = max(total.get(name, 0), amount)
         return total
+
+    def claimed(self, index: ClaimIndex, shared: bool = True) -> dict[str, int]:
+        """DeviceClass -> devices the pod's claims allocate, each claim for the pod as a whole; `shared` False leaves
+        out existing ResourceClaims (allocated once, not per pod)."""
+        total: dict[str, int] = {}
+        for claim in self.claims():
+            spec = claim.resolve(index, self.namespace) if shared or not claim.shared else None
+            for name, amount in (spec.device_classes() if spec is not None else {}).items():
+                total[name] = total.get(name, 0) + amount
+        return total
+
+    def device_requests(self, index: ClaimIndex, shared: bool = True) -> dict[str, float]:
+        """Device resources one pod takes whichever way it asks: claimed devices count as the extended resource
+        of their DeviceClass (the figures Kueue counts)."""
+        total = self.plugin_requests()
+        for device_class, amount in self.claimed(index, shared).items():
+            resource = CLASS_RESOURCES[device_class]
+            total[resource] = total.get(resource, 0) + amount
+        return total
+
+    def container_claimed(self, container: Mapping[str, Any], index: ClaimIndex) -> dict[str, int]:
+        """DeviceClass -> devices of the claims (or claim requests) one container names: only those reach it."""
+        found: dict[str, int] = {}
+        by_name = {claim.name: claim for claim in self.claims()}
+        for entry in items(dig(container, "resources", "claims")):
+            entry = mapping(entry)
+            claim = by_name.get(text(entry.get("name")))
+            spec = claim.resolve(index, self.namespace) if claim is not None else None
+            for name, amount in (spec.device_classes(text(entry.get("request")) or None) if spec is not None else {}).items():
+                found[name] = found.get(name, 0) + amount
+        return found
+
+    def shared_claims(self) -> list[PodClaim]:
+        return [claim for claim in self.claims() if claim.shared]
+
+    def unresolved_claims(self, index: ClaimIndex) -> list[str]:
+        """Why some of the pod's claims cannot be allocated or counted; empty when every one resolves."""
+        problems = []
+        for claim in self.claims():
+            spec = claim.resolve(index, self.namespace)
+            if spec is None:
+                problems.append(
+                    f"claim {claim.name!r} names {claim.kind} {self.namespace}/{claim.source or '(none)'}, which the "
+                    "stack does not create, so the pod never schedules"
+                )
+            else:
+                problems += [f"claim {claim.name!r}: {problem}" for problem in spec.problems()]
+        return problems
+
+    def claim_problems(self, index: ClaimIndex) -> list[str]:
+        """The unresolved claims, and container claim entries that name no claim of the pod or no request of it."""
+        problems = self.unresolved_claims(index)
+        by_name = {claim.name: claim for claim in self.claims()}
+        for container in self.containers():
+            for entry in items(dig(container, "resources", "claims")):
+                wanted = text(mapping(entry).get("name"))
+                request = text(mapping(entry).get("request"))
+                where = f"container {text(container.get('name'), '?')!r}"
+                if wanted not in by_name:
+                    problems.append(
+                        f"{where} uses claim {wanted!r}, which the pod's spec.resourceClaims does not list (the API "
+                        "server refuses the pod)"
+                    )
+                    continue
+                spec = by_name[wanted].resolve(index, self.namespace)
+                if request and spec is not None and request not in spec.request_names:
+                    known = ", ".join(repr(n) for n in sorted(spec.request_names)) or "none"
+                    problems.append(
+                        f"{where} uses request {request!r} of claim {wanted!r}, which {spec.source} does not define "
+                        f"(its requests: {known}), so the kubelet cannot give the container its devices"
+                    )
+        return problems
 
     def node_selector(self) -> dict[str, str]:
         return string_map(self.spec.get("nodeSelector"))
@@ -110,16 +200,22 @@ class Workload:
     def is_batch(self) -> bool:
         return self.kind in BATCH_KINDS or self.tier == "batch"
 
-    def device_requests_per_replica(self) -> dict[str, float]:
+    def device_requests_per_replica(self, index: ClaimIndex, shared: bool = True) -> dict[str, float]:
         total: dict[str, float] = {}
         for template in self.templates:
-            for name, amount in template.device_requests().items():
+            for name, amount in template.device_requests(index, shared).items():
                 total[name] = total.get(name, 0) + amount * template.copies
         return total
 
-    def gpu_template(self) -> PodTemplate | None:
+    def gpu_template(self, index: ClaimIndex, shared: bool = True) -> PodTemplate | None:
         """The first template that requests devices (its node selection decides where the replica runs)."""
-        return next((t for t in self.templates if t.device_requests()), None)
+        return next((t for t in self.templates if t.device_requests(index, shared)), None)
+
+    def claim_problems(self, index: ClaimIndex) -> list[str]:
+        return [problem for template in self.templates for problem in template.claim_problems(index)]
+
+    def shared_claims(self) -> list[PodClaim]:
+        return [claim for template in self.templates for claim in template.shared_claims()]
 
     def vllm_containers(self) -> list[tuple[PodTemplate, Mapping[str, Any]]]:
         return [(t, c) for t in self.templates for c in t.containers(init=False) if is_vllm(c)]
@@ -158,7 +254,7 @@ def _parse_workload(resource_type: str, props: Mapping[str, Any], resource_name:
     labels = string_map(metadata.get("labels"))
     replicas = whole(dig(props, "spec", "replicas"))
     if kind == "LeaderWorkerSet":
-        templates = _lws_templates(props, name)
+        templates = _lws_templates(props, name, namespace)
     elif kind in _TEMPLATE_PATHS:
         template = mapping(dig(props, *_TEMPLATE_PATHS[kind], default=EMPTY))
         spec = mapping(template.get("spec"))
@@ -167,7 +263,7 @@ def _parse_workload(resource_type: str, props: Mapping[str, Any], resource_name:
         templates = (
             PodTemplate(
                 "pod", string_map(dig(template, "metadata", "labels")), spec, 1,
-                string_map(dig(template, "metadata", "annotations")),
+                string_map(dig(template, "metadata", "annotations")), namespace,
             ),
         )
     else:
@@ -177,7 +273,7 @@ def _parse_workload(resource_type: str, props: Mapping[str, Any], resource_name:
     return Workload(kind, name, namespace, labels, templates, replicas)
 
 
-def _lws_templates(props: Mapping[str, Any], name: str) -> tuple[PodTemplate, ...]:
+def _lws_templates(props: Mapping[str, Any], name: str, namespace: str) -> tuple[PodTemplate, ...]:
     lws = mapping(dig(props, "spec", "leaderWorkerTemplate"))
     size = max(1, whole(lws.get("size"), 1))
     worker = mapping(lws.get("workerTemplate"))
@@ -186,7 +282,9 @@ def _lws_templates(props: Mapping[str, Any], name: str) -> tuple[PodTemplate, ..
 
     def template(role: str, raw: Mapping[str, Any], copies: int) -> PodTemplate:
         labels = {**string_map(dig(raw, "metadata", "labels")), **set_label}
-        return PodTemplate(role, labels, mapping(raw.get("spec")), copies, string_map(dig(raw, "metadata", "annotations")))
+        return PodTemplate(
+            role, labels, mapping(raw.get("spec")), copies, string_map(dig(raw, "metadata", "annotations")), namespace
+        )
 
     if not mapping(worker.get("spec")):
         return ()
@@ -198,7 +296,8 @@ def _lws_templates(props: Mapping[str, Any], name: str) -> tuple[PodTemplate, ..
     return (template("worker", worker, size),)  # without a leader template the leader uses the worker's
 
 
-def _device_resources(container: Mapping[str, Any]) -> dict[str, float]:
+def device_resources(container: Mapping[str, Any]) -> dict[str, float]:
+    """The extended device resources a container's limits (or requests) ask a device plugin for."""
     resources = mapping(container.get("resources"))
     found: dict[str, float] = {}
     for section in ("limits", "requests"):

@@ -28,6 +28,7 @@ import pytest
 import yaml
 from stack_files import edited, refused_by_render_and_plan
 
+from inferstack.catalog.dra import DEVICE_CLASSES
 from inferstack.cli import main
 from inferstack.engine import run_stack
 from inferstack.engine.render import kubernetes_objects
@@ -162,6 +163,28 @@ def sizes(tokens: list[str]) -> dict[str, int | None]:
     return found
 
 
+def gpu_request(pod: dict, vllm: dict, objects: list[dict]) -> dict[str, int]:
+    """The GPU container's device request: its nvidia.com/ limits (requests = limits), or on a DRA pool the GPUs of
+    the claims it names, counted as the resource their DeviceClass maps to (components/catalog/dra.json)."""
+    resources = vllm["resources"]
+    if not resources.get("claims"):
+        devices = {k: v for k, v in resources["requests"].items() if k.startswith("nvidia.com/")}
+        assert {k: v for k, v in resources["limits"].items() if k.startswith("nvidia.com/")} == devices
+        return devices
+    templates = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ResourceClaimTemplate"}
+    by_class = {c.name: c.resource for c in DEVICE_CLASSES.values() if c.key != "efa"}
+    claimed = {c["name"] for c in resources["claims"]}
+    total: dict[str, int] = {}
+    for claim in pod["resourceClaims"]:
+        assert claim["name"] in claimed
+        for request in templates[claim["resourceClaimTemplateName"]]["spec"]["spec"]["devices"]["requests"]:
+            exactly = request["exactly"]
+            if exactly["deviceClassName"] in by_class:
+                resource = by_class[exactly["deviceClassName"]]
+                total[resource] = total.get(resource, 0) + exactly["count"]
+    return total
+
+
 def test_the_run_batch_argv_layout_equals_the_jobs_gpu_request_and_the_services_layout(rendered):
     """vllm/config/parallel.py:964-967 and vllm/engine/arg_utils.py:2486-2535: tensor x pipeline x local data-parallel
     ranks GPUs on the node, which the Job requests (requests = limits). The sizes, expert parallelism and all-to-all
@@ -187,10 +210,7 @@ def test_the_run_batch_argv_layout_equals_the_jobs_gpu_request_and_the_services_
         assert (tp, pp, dp, local) == (service["tp"] or 1, service["pp"] or 1, service["dp"] or 1, dp), name
         for flag in ("--enable-expert-parallel", "--all2all-backend"):
             assert flag_value(tokens, flag) == flag_value(served, flag), (name, flag)
-        requests, limits = vllm["resources"]["requests"], vllm["resources"]["limits"]
-        devices = {k: v for k, v in requests.items() if k.startswith("nvidia.com/")}
-        assert {k: v for k, v in limits.items() if k.startswith("nvidia.com/")} == devices
-        (resource, count), = devices.items()
+        (resource, count), = gpu_request(pod, vllm, objects).items()
         if resource == WHOLE_GPU and spec.pool(job.pool).gpu_sharing.mode != "mig":
             assert int(count) == tp * pp * local, f"{name}: {count} GPUs for tensor {tp} x pipeline {pp} x {local} DP"
         else:  # one MIG slice or one GPU share: one device, an engine of one GPU

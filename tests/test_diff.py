@@ -69,9 +69,9 @@ def _assert_matches_catalog(result: dict) -> None:
 
 
 def test_every_registered_type_has_a_replacement_rule_with_a_source():
-    """Every custom resource type the dev and prod programs register has a catalog entry naming its upstream
+    """Every custom resource type the dev, prod and dra programs register has a catalog entry naming its upstream
     source (terraform-provider-aws or -random file, or pulumi-kubernetes diff.go / helm_release.go)."""
-    for stack in ("dev", "prod"):
+    for stack in ("dev", "prod", "dra"):
         resources, _plan = _side(stack, _spec(stack).model_dump_json())
         types = {r["type"] for r in resources if r["custom"]}
         assert types - set(RULES) == set(), stack

@@ -96,11 +96,11 @@ def test_dev_time_slices_its_l4s_with_the_spec_replicas():
     assert values["default"] in values["data"]
 
 
-def test_efa_plugin_runs_on_efa_instance_types_only_and_tolerates_the_gpu_taint():
+def test_efa_plugin_runs_on_the_efa_pools_only_and_tolerates_the_gpu_taint():
+    """The chart turns each supportedInstanceLabels key into a `key In values` node affinity term (aws/eks-charts
+    stable/aws-efa-k8s-device-plugin templates/daemonset.yaml): keyed on the pool label, it runs on prod's h100."""
     values = releases(render_stack("prod"))["aws-efa-k8s-device-plugin"].inputs["values"]
-    assert values["supportedInstanceLabels"] == {
-        "keys": ["node.kubernetes.io/instance-type"], "values": ["p5.48xlarge"]
-    }
+    assert values["supportedInstanceLabels"] == {"keys": ["inferstack.dev/pool"], "values": ["h100"]}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
     assert "aws-efa-k8s-device-plugin" not in releases(render_stack("dev"))
 

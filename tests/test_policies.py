@@ -762,7 +762,11 @@ def _garbage(rng: random.Random, depth: int = 0) -> Any:
             "policy", "Statement", "values", "scalingConfig", "maxSize", "launchTemplate", "networkInterfaces",
             "placement", "resourceGroups", "flavors", "nominalQuota", "env", "args", "image", "securityContext",
             "leaderWorkerTemplate", "workerTemplate", "leaderTemplate", "size", "scaleTargetRef", "selector",
-            "instanceTypes", "capacityType", "migManager", "config", "data", "devicePlugin", "bucket", "chart"]
+            "instanceTypes", "capacityType", "migManager", "config", "data", "devicePlugin", "bucket", "chart",
+            "resourceClaims", "claims", "request", "resourceClaimTemplateName", "resourceClaimName", "devices",
+            "requests", "exactly", "count", "deviceClassName", "allocationMode", "firstAvailable", "constraints",
+            "matchAttribute", "kubeletPlugin", "affinity", "nodeSelector", "supportedInstanceLabels", "keys",
+            "gpus", "enabled"]
     return {rng.choice(keys): _garbage(rng, depth + 1) for _ in range(rng.randint(0, 4))}
 
 
@@ -777,6 +781,9 @@ FUZZED_TYPES = sorted(
         "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet", "kubernetes:keda.sh/v1alpha1:ScaledObject",
         "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue", "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor",
         "kubernetes:policy/v1:PodDisruptionBudget", "example:unknown/thing:Thing", "pulumi:providers:aws",
+        "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate", "kubernetes:resource.k8s.io/v1:ResourceClaim",
+        "kubernetes:resource.k8s.io/v1beta1:ResourceClaimTemplate", "kubernetes:resource.k8s.io/v1:DeviceClass",
+        "kubernetes:autoscaling/v2:HorizontalPodAutoscaler",
     }
 )
 

@@ -23,6 +23,7 @@ import pulumi
 from pulumi_aws import autoscaling, ec2, eks, vpc
 
 from inferstack import conventions
+from inferstack.catalog.dra import DEVICE_PLUGIN_DEPLOY_LABEL
 from inferstack.aws.cluster import DESIRED_SIZE, ClusterRef
 from inferstack.aws.node_template import GPU_TAINT, TEMPLATE_PREFIX, node_template_tags, template_resources
 from inferstack.catalog.node_amis import release_version
@@ -122,6 +123,10 @@ def node_labels(pool: NodePoolSpec, hardware: PoolHardware, capacity_label: str)
         labels[conventions.MIG_CONFIG_LABEL] = f"inferstack-{pool.name}"
     elif isinstance(sharing, (TimeSlicing, MpsSharing)):
         labels[conventions.DEVICE_PLUGIN_CONFIG_LABEL] = pool.name
+    if pool.device_mode == "dra":
+        # The GPU operator keeps a state label it finds set (catalog/dra.json gpu_operator): its device plugin
+        # stays off the node, so the DRA driver is the only one handing out its GPUs.
+        labels[DEVICE_PLUGIN_DEPLOY_LABEL] = "false"
     return {**labels, **pool.labels}
 
 

@@ -33,9 +33,11 @@ GPU_TAINT = Taint(key=conventions.GPU_TAINT_KEY, value="true", effect="NoSchedul
 
 def template_resources(hardware: PoolHardware) -> dict[str, int]:
     """Extended resources one node advertises. `nvidia.com/gpu` is always stated: the autoscaler would
-    otherwise assume the instance type's GPU count, which a MIG-mixed or shared pool renames away."""
+    otherwise assume the instance type's GPU count, which a MIG-mixed or shared pool renames away. A DRA pool's
+    node advertises none: its devices are in the drivers' ResourceSlices, which no tag describes."""
     resources: dict[str, int] = {WHOLE_GPU: 0} if hardware.gpus_per_node else {}
-    resources.update(advertised_per_node(hardware))
+    if hardware.spec.device_mode != "dra":
+        resources.update(advertised_per_node(hardware))
     return resources
 
 

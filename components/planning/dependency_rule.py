@@ -64,7 +64,7 @@ TEARDOWN_POLICIES = (
     "teardown ordering: the controller reached through this association keeps its policies until it is deleted"
 )
 # Charts whose pods are DaemonSets for the GPU nodes: the node groups are the nodes those pods need.
-NODE_AGENT_CHARTS = frozenset({"gpu-operator", "aws-efa-k8s-device-plugin"})
+NODE_AGENT_CHARTS = frozenset({"gpu-operator", "aws-efa-k8s-device-plugin", "dra-driver-nvidia-gpu", "aws-dranet"})
 # Reference fields of Kubernetes objects: key -> the kind it names when the reference does not say.
 _REFERENCE_KEYS: Mapping[str, str] = {
     "configMap": "ConfigMap", "configMapRef": "ConfigMap", "configMapKeyRef": "ConfigMap",
@@ -139,6 +139,8 @@ def references(inputs: Any, namespace: str | None) -> set[Ref]:
     for key, value in _walk(inputs):
         if key == "serviceAccountName" and isinstance(value, str):
             found.add(("ServiceAccount", value, namespace))
+        if key == "resourceClaimTemplateName" and isinstance(value, str):   # a pod's DRA claims
+            found.add(("ResourceClaimTemplate", value, namespace))
         if key not in _REFERENCE_KEYS:
             continue
         for ref in value if isinstance(value, list) else [value]:

@@ -90,6 +90,9 @@ def autoscaler_values(spec: StackSpec, cluster_name: pulumi.Input[str]) -> dict[
             "skip-nodes-with-system-pods": False,  # GPU nodes only run daemonsets besides workloads
         },
     }
+    if any(pool.device_mode == "dra" for pool in spec.node_pools):
+        # It simulates claims only with this on (off by default on 1.34, locked on from 1.35): catalog/dra.json.
+        values["extraArgs"]["enable-dynamic-resource-allocation"] = True
     tag = image_tag(spec)
     if tag is not None:
         values["image"] = {"tag": tag}

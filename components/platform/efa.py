@@ -1,4 +1,5 @@
-"""The AWS EFA device plugin: advertises vpc.amazonaws.com/efa on the nodes of EFA pools, and runs nowhere else."""
+"""The AWS EFA device plugin: advertises vpc.amazonaws.com/efa on the nodes of the EFA pools that use the device
+plugin, and runs nowhere else (a DRA pool's EFA devices are the EFA DRA driver's: platform/dra_drivers.py)."""
 
 from __future__ import annotations
 
@@ -10,26 +11,27 @@ import pulumi
 from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.catalog.charts import chart
+from inferstack.conventions import POOL_LABEL
 from inferstack.helm import helm_release
 from inferstack.platform.gpu_nodes import gpu_tolerations
 from inferstack.spec import NodePoolSpec
 
 CHART = "aws-efa-k8s-device-plugin"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 def efa_pools(pools: Sequence[NodePoolSpec]) -> list[NodePoolSpec]:
-    return [p for p in pools if p.efa.enabled]
+    """The EFA pools whose interfaces the device plugin advertises."""
+    return [p for p in pools if p.efa.enabled and p.device_mode == "device_plugin"]
 
 
 def efa_plugin_values(pools: Sequence[NodePoolSpec]) -> dict[str, Any]:
-    """Helm values: node affinity on the EFA pools' instance types, tolerating the GPU pools' taints."""
+    """Helm values: node affinity on those pools' label (the chart's supportedInstanceLabels become one
+    `key In values` term per key: templates/daemonset.yaml), tolerating their taints."""
     efa = efa_pools(pools)
     if not efa:
-        raise ValueError("the EFA device plugin needs at least one pool with efa enabled")
-    instance_types = sorted({t for pool in efa for t in pool.instance_types})
+        raise ValueError("the EFA device plugin needs at least one device-plugin pool with efa enabled")
     return {
-        "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": instance_types},
+        "supportedInstanceLabels": {"keys": [POOL_LABEL], "values": [pool.name for pool in efa]},
         "tolerations": gpu_tolerations(efa),
     }
 

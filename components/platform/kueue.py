@@ -23,12 +23,13 @@ from pulumi_kubernetes.core.v1 import Namespace
 from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.catalog.charts import chart
+from inferstack.catalog.dra import DEVICE_CLASSES
 from inferstack.conventions import EKS_CAPACITY_LABEL, KARPENTER_CAPACITY_LABEL, POOL_LABEL
 from inferstack.helm import helm_release
 from inferstack.planning.node_groups import max_nodes_by
 from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_nodes import dump_yaml, gpu_tolerations
-from inferstack.spec import ClusterQueueSpec, NodePoolSpec, PriorityClassSpec, StackSpec
+from inferstack.spec import ClusterQueueSpec, MigSharing, NodePoolSpec, PriorityClassSpec, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
 
 CHART = "kueue"
@@ -169,6 +170,23 @@ def cluster_queue(spec: StackSpec, queue: ClusterQueueSpec) -> dict[str, Any]:
     }
 
 
+def device_class_mappings(spec: StackSpec) -> list[dict[str, Any]]:
+    """Kueue's DRA accounting: each DeviceClass the DRA pools' claims name counts as the extended resource the
+    device plugin would advertise, so the cluster queues' quotas hold for both (catalog/dra.json kueue). Kueue
+    admits no workload whose claim names a class without a mapping."""
+    classes: dict[str, list[str]] = {}
+    for pool in spec.node_pools:
+        if pool.device_mode != "dra":
+            continue
+        used = ["mig" if isinstance(pool.gpu_sharing, MigSharing) else "gpu"] + (["efa"] if pool.efa.enabled else [])
+        for key in used:
+            device_class = DEVICE_CLASSES[key]
+            names = classes.setdefault(device_class.resource, [])
+            if device_class.name not in names:
+                names.append(device_class.name)
+    return [{"name": resource, "deviceClassNames": names} for resource, names in classes.items()]
+
+
 def manager_config(spec: StackSpec) -> dict[str, Any]:
     """Kueue's Configuration: Deployment, LeaderWorkerSet and Job integrations, only in the stack's namespaces."""
     frameworks = ["batch/job", "pod", "deployment"]  # Kueue's deployment integration works through pods
@@ -195,6 +213,9 @@ def manager_config(spec: StackSpec) -> dict[str, Any]:
         "integrations": {"frameworks": frameworks},
         "resources": {"excludeResourcePrefixes": UNQUOTAED_RESOURCES},
     }
+    mappings = device_class_mappings(spec)
+    if mappings:
+        config["resources"]["deviceClassMappings"] = mappings
     if spec.queues.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": FAIR_SHARING_STRATEGIES}
     return config

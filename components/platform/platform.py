@@ -16,6 +16,7 @@ from pulumi_kubernetes.core.v1 import Namespace
 from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.platform.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
+from inferstack.platform.dra_drivers import DraDrivers, DraDriversArgs, dra_pools
 from inferstack.platform.efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_pools
 from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_operator import GpuOperator, GpuOperatorArgs
@@ -40,7 +41,7 @@ class ClusterPlatformArgs:
 
 
 class ClusterPlatform(pulumi.ComponentResource):
-    """GPU operator, EFA device plugin, Kueue, KEDA, LeaderWorkerSet, metrics, cluster-autoscaler and the
+    """GPU operator, EFA device plugin, DRA drivers, Kueue, KEDA, LeaderWorkerSet, metrics, cluster-autoscaler and the
     serving and batch namespaces. Pass the cluster's Kubernetes provider and the stack's AWS provider (for
     the autoscaler's IAM role) in `opts.providers`; every child inherits them."""
 
@@ -61,6 +62,8 @@ class ClusterPlatform(pulumi.ComponentResource):
         self.crd_releases = {"gpu-operator": gpu_operator.release}
         if efa_pools(spec.node_pools):
             EfaDevicePlugin(f"{name}-efa", EfaDevicePluginArgs(spec.node_pools, after_pools), child)
+        if dra_pools(spec.node_pools):
+            DraDrivers(f"{name}-dra", DraDriversArgs(spec.node_pools, after_pools), child)
         self.kueue = None
         if spec.queues.enabled:
             self.kueue = Kueue(f"{name}-kueue", KueueArgs(spec, self.namespaces), child)

@@ -65,6 +65,7 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
                 ),
                 "efa_interfaces": hardware.efa_interfaces,
                 "gpu_sharing": pool.gpu_sharing.mode,
+                "devices": device_mechanism(hardware),
                 "advertises_per_node": advertised_per_node(hardware),
                 **pool_prices(spec, hardware, cost),
                 "at_scale": {
@@ -92,6 +93,26 @@ def node_pools(spec: StackSpec) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def device_mechanism(hardware: PoolHardware) -> dict[str, Any]:
+    """What hands the pool's GPUs and EFA devices to pods (one mechanism per node): the device plugins, or the DRA
+    drivers with the DeviceClasses claims name there."""
+    from inferstack.catalog.charts import chart
+    from inferstack.catalog.dra import DEVICE_CLASSES
+    from inferstack.spec import MigSharing
+
+    pool = hardware.spec
+    efa = bool(hardware.efa_interfaces)
+    if pool.device_mode == "device_plugin":
+        charts = [GPU_OPERATOR, *([EFA_PLUGIN] if efa else [])]
+        return {"mode": "device_plugin", "releases": [f"{c} {chart(c).version}" for c in charts], "device_classes": [],
+                "gpu_selector": None}
+    classes = ["mig" if isinstance(pool.gpu_sharing, MigSharing) else "gpu", *(["efa"] if efa else [])]
+    charts = [GPU_DRA_DRIVER, *([EFA_DRA_DRIVER] if efa else [])]
+    selector = pool.gpu_selector.model_dump(exclude_none=True) if pool.gpu_selector is not None else None
+    return {"mode": "dra", "releases": [f"{c} {chart(c).version}" for c in charts],
+            "device_classes": [DEVICE_CLASSES[key].name for key in classes], "gpu_selector": selector or None}
 
 
 def price_row(instance_type: str, purchase: str, price: Price) -> dict[str, Any]:
@@ -185,12 +206,26 @@ def placements(spec: StackSpec, auto_reasons: Mapping[str, str]) -> list[dict[st
                 "image": route.image,
                 "transport": route.kind,
                 "transport_detail": route.describe(),
+                "claims": pod_claim_summary(model, hardware),
                 "features": features,
                 # The engine's own share of its pool's on-demand price, per replica and at its replica range.
                 "usd_per_hour": engine_cost(model, hardware, spec),
             }
         )
     return rows
+
+
+def pod_claim_summary(model: ModelServiceSpec, hardware: PoolHardware) -> dict[str, Any] | None:
+    """On a DRA pool, what each pod of the engine claims (planning/device_claims.py); None under the device plugin."""
+    from inferstack.catalog.dra import PCIE_ROOT_ATTRIBUTE
+    from inferstack.planning.device_claims import pod_claims, uses_dra
+
+    if not uses_dra(hardware):
+        return None
+    claims = pod_claims(model, hardware)
+    return {"template": names.claim_template(model.name), "per_pod": claims.count, "gpus_per_claim": claims.claim.gpus,
+            "efa_per_claim": claims.claim.efa, "paired_by": PCIE_ROOT_ATTRIBUTE if claims.claim.paired else None,
+            "describe": claims.describe()}
 
 
 def engine_cost(model: ModelServiceSpec, hardware: PoolHardware, spec: StackSpec) -> dict[str, float] | None:
@@ -494,6 +529,7 @@ def model_accuracy() -> dict[str, Any]:
 
 # Charts of the releases a pod of a model waits for once it exists (dependency_rule.installer names them).
 GPU_OPERATOR, EFA_PLUGIN, CLUSTER_AUTOSCALER = "gpu-operator", "aws-efa-k8s-device-plugin", "cluster-autoscaler"
+GPU_DRA_DRIVER, EFA_DRA_DRIVER = "dra-driver-nvidia-gpu", "aws-dranet"
 KARPENTER = "karpenter"
 # What holds a pool's nodes: its managed node groups, or under Karpenter its NodePools (labelled alike).
 POOL_NODE_TYPES = ("aws:eks/nodeGroup:NodeGroup", "kubernetes:karpenter.sh/v1:NodePool")
@@ -570,7 +606,10 @@ def time_to_serving(
         # Karpenter keeps no node running: every first replica waits for one it launches.
         scale_up = karpenter or model.name in scaled
         waits = [*pool_groups[model.pool], by_chart.get(GPU_OPERATOR), *readers]
-        waits += [by_chart.get(EFA_PLUGIN)] if PoolHardware(pool).efa_interfaces else []
+        # Under DRA the pod's claims wait for the drivers' ResourceSlices; else its limits for the device plugins'.
+        dra = pool.device_mode == "dra"
+        waits += [by_chart.get(GPU_DRA_DRIVER)] if dra else []
+        waits += [by_chart.get(EFA_DRA_DRIVER if dra else EFA_PLUGIN)] if PoolHardware(pool).efa_interfaces else []
         waits += [by_chart.get(KARPENTER if karpenter else CLUSTER_AUTOSCALER)] if scale_up else []
         waits += [scalers.get(names.workload(model))] if model.autoscaling.min_replicas == 0 else []
         # The first replica is its own node of the graph: it follows the workload's creation and those waits.

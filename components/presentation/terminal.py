@@ -424,6 +424,18 @@ def _price_line(pool: dict[str, Any], sources: dict[str, int]) -> str:
     )
 
 
+def _devices_line(pool: dict[str, Any]) -> str:
+    """Which mechanism hands out the pool's devices: the resources pods request, or the classes their claims name."""
+    devices = pool["devices"]
+    releases = ", ".join(devices["releases"])
+    if devices["mode"] == "device_plugin":
+        return f"device plugin ({releases}): pods request {', '.join(sorted(pool['advertises_per_node']))}"
+    line = f"DRA ({releases}): pods claim {', '.join(devices['device_classes'])}"
+    if devices["gpu_selector"]:
+        line += " for GPUs with " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in devices["gpu_selector"].items())
+    return line
+
+
 def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Warnings | None = None) -> None:
     """The pools table, Karpenter's disruption settings per pool; what a pool cannot hold goes to the warnings."""
     warnings, own = _own_warnings(warnings)
@@ -473,6 +485,7 @@ def print_node_pools(pools: list[dict[str, Any]], console: Console, warnings: Wa
                 f"{_usd(outside['max'])}/h", indent=2, markup=False)
         if pool["prices"]:
             say(console, f"{pool['name']} prices: {_price_line(pool, sources)}", indent=2, markup=False)
+        say(console, f"{pool['name']} devices: {_devices_line(pool)}", indent=2, markup=False)
     for source, number in sources.items():
         say(console, f"[{number}] {source}", indent=2, markup=False)
     for pool in pools:
@@ -543,6 +556,10 @@ def print_placements(rows: list[dict[str, Any]], console: Console, warnings: War
     for row in rows:
         if row["transport"] != "in-node":
             say(console, f"{row['model']}: between its nodes, {row['transport_detail']}", indent=2, markup=False)
+    for row in rows:
+        if (claims := row.get("claims")) is not None:
+            say(console, f"{row['model']}: each pod claims its devices through DRA: {claims['describe']} "
+                f"(ResourceClaimTemplate {claims['template']})", indent=2, markup=False)
     for row in rows:
         for line in row.get("features", []):
             say(console, f"{row['model']}: {line}", indent=2, markup=False)

@@ -31,10 +31,11 @@ from inferstack.conventions import (
     TIER_LABEL,
 )
 from inferstack.planning import lora, speculative
-from inferstack.planning.pool_capacity import efa_requests, gpu_requests, pool_cache_budget_bytes
+from inferstack.planning.pool_capacity import pool_cache_budget_bytes
 from inferstack.planning.rollout import rollout
 from inferstack.planning.interruption import SERVING_BUDGET
 from inferstack.serving import disaggregation, names, pods
+from inferstack.serving.claims import claim_template
 from inferstack.serving.inference_api import INFERENCE_POOL_API_VERSION
 from inferstack.serving.rbac import granted_role
 from inferstack.serving.transport import Transport, transport
@@ -164,7 +165,7 @@ def pod_spec(
     with s3_stream there is none and vLLM streams the weights from S3 under the same model-reader identity.
     """
     millicores, memory = pods.host_resources(model, hardware)
-    extended = {**gpu_requests(model, hardware), **efa_requests(model, hardware)}
+    devices, claims = pods.device_resources(model, hardware, millicores, memory, names.claim_template(model.name))
     route = transport(model, hardware)
     local = model.weight_loader == "local"
     env = pods.vllm_env(model, route.image, compile_cache=True, region=None if local else spec.region)
@@ -177,7 +178,7 @@ def pod_spec(
         "command": command,
         "args": args,
         "env": env,
-        "resources": pods.resources(millicores, memory, extended),
+        "resources": devices,
         "securityContext": pods.vllm_security_context(route.image),
         "volumeMounts": pods.vllm_mounts(
             route.image, local_weights=local, compile_cache=True, side_loads=bool(side_loads(model))
@@ -206,6 +207,7 @@ def pod_spec(
         "terminationGracePeriodSeconds": SERVING_BUDGET.grace_seconds,  # inside the spot notice
         "securityContext": dict(pods.POD_SECURITY),
         **placed,
+        **({"resourceClaims": claims} if claims else {}),
         "initContainers": [
             *([pods.prefetch_init_container(spec.region, millicores, memory)] if local else []),
             *(
@@ -291,12 +293,13 @@ class ModelService(pulumi.ComponentResource):
             opts=child,
         )] if scripts else []
         allowlist = self._prefill_allowlist(name, args) if model.pd_role == "decode" else []
+        devices = claim_template(f"{name}-devices", model.name, namespace, model, hardware, labels, child)
         scaled = model.autoscaling.max_replicas > model.autoscaling.min_replicas
         workload_opts = pulumi.ResourceOptions.merge(
             child,
             # KEDA owns the replica count once the workload exists.
             pulumi.ResourceOptions(
-                depends_on=[*prefetch, *allowlist, *args.workload_depends_on],
+                depends_on=[*prefetch, *allowlist, *devices, *args.workload_depends_on],
                 ignore_changes=["spec.replicas"] if scaled else None,
             ),
         )

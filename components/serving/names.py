@@ -70,6 +70,11 @@ def prefetch_config_map(owner: str) -> str:
     return f"{owner}-prefetch"
 
 
+def claim_template(owner: str) -> str:
+    """The ResourceClaimTemplate of a model service's or batch job's pods on a DRA pool (one rank group's devices)."""
+    return f"{owner}-devices"
+
+
 def endpoint_picker(model: ModelServiceSpec) -> str:
     """The endpoint picker's Deployment, Service, ServiceAccount, Role, RoleBinding and ConfigMap."""
     return f"{model.name}-epp"
@@ -182,6 +187,7 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
             where = path if objective == model.name else f"models[{i}].lora_adapters"
             yield ObjectName(serving, "InferenceObjective", objective, ours, where)
         yield ObjectName(serving, "ConfigMap", prefetch_config_map(model.name), ours, path)
+        yield ObjectName(serving, "ResourceClaimTemplate", claim_template(model.name), ours, path)
         picker = f"the endpoint picker of {ours}"
         for kind in ("Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "NetworkPolicy"):
             yield ObjectName(serving, kind, endpoint_picker(model), picker, path)
@@ -189,6 +195,7 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
             # The decode sidecars' SSRF allowlist: an InferencePool of the prefill pods and the Role that reads it.
             for kind in ("InferencePool", "Role", "RoleBinding"):
                 yield ObjectName(serving, kind, prefill_name(model.name), ours, path)
+            yield ObjectName(serving, "ResourceClaimTemplate", claim_template(prefill_name(model.name)), ours, path)
     if spec.workers:
         for kind in ("Deployment", "Service", "NetworkPolicy"):
             yield ObjectName(batch, kind, REDIS, "the job queue (Redis)")
@@ -203,6 +210,7 @@ def object_names(spec: StackSpec) -> Iterator[ObjectName]:
         yield ObjectName(batch, "CronJob" if job.schedule else "Job", job.name, ours, path)  # a one-off Job's name prefix
         for name in (prefetch_config_map(job.name), batch_scripts(job)):
             yield ObjectName(batch, "ConfigMap", name, ours, path)
+        yield ObjectName(batch, "ResourceClaimTemplate", claim_template(job.name), ours, path)
 
 
 def check_object_names(spec: StackSpec) -> None:

@@ -38,6 +38,8 @@ from inferstack.conventions import (
     NVME_MOUNT,
     POOL_LABEL,
 )
+from inferstack.planning.device_claims import pod_claims, uses_dra
+from inferstack.planning.pool_capacity import efa_requests, gpu_requests
 from inferstack.spec import MigSharing, ModelServiceSpec, MpsSharing, QueuesSpec, StackSpec, TimeSlicing
 from inferstack.spec.pools import PoolHardware
 from inferstack.weights.prefetch import PIN_SCRIPT
@@ -199,6 +201,19 @@ def resources(millicores: int, memory: int, extended: dict[str, int] | None = No
         **{k: str(v) for k, v in (extended or {}).items()},
     }
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def device_resources(
+    model: ModelServiceSpec, hardware: PoolHardware, millicores: int, memory: int, claim_template: str
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """(the GPU container's resources, the pod's resourceClaims). On a device-plugin pool the GPUs (or slice, or
+    share) and the EFA interfaces are extended resources; on a DRA pool the container names the pod's claims,
+    one per rank group, each generated from `claim_template` (a template yields a new claim per pod entry)."""
+    if not uses_dra(hardware):
+        return resources(millicores, memory, {**gpu_requests(model, hardware), **efa_requests(model, hardware)}), []
+    names = pod_claims(model, hardware).claim_names()
+    container = {**resources(millicores, memory), "claims": [{"name": name} for name in names]}
+    return container, [{"name": name, "resourceClaimTemplateName": claim_template} for name in names]
 
 
 def shm_bytes(memory: int) -> int:

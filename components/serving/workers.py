@@ -37,8 +37,8 @@ from pulumi_random import RandomPassword
 
 from inferstack.catalog.charts import IMAGES, chart
 from inferstack.conventions import BATCH_RUNNER_SERVICE_ACCOUNT, KARPENTER_DO_NOT_DISRUPT
-from inferstack.planning.pool_capacity import gpu_requests
 from inferstack.serving import names, pods
+from inferstack.serving.claims import claim_template
 from inferstack.serving.autoscaling import KEDA_API_VERSION
 from inferstack.serving.batch_model import batch_model
 from inferstack.serving.model_service import SKIP_AWAIT, prefetch_script
@@ -451,13 +451,15 @@ class BatchJob(pulumi.ComponentResource):
                 "volumeMounts": [work_mount, script_mount, tmp_mount],
             }
         image = serving_image(model, hardware)
+        devices, claims = pods.device_resources(model, hardware, millicores, memory, names.claim_template(job.name))
+        claim_templates = claim_template(f"{name}-devices", job.name, namespace, model, hardware, labels, child)
         gpu_container = {
             "name": "vllm",
             "image": image,
             "command": ["/bin/bash", "/scripts/run"],
             "args": pods.pinned_weights(argv),
             "env": pods.vllm_env(model, image),
-            "resources": pods.resources(millicores, memory, gpu_requests(model, hardware)),
+            "resources": devices,
             "securityContext": pods.vllm_security_context(image),
             "volumeMounts": [*pods.vllm_mounts(image), work_mount, script_mount],
         }
@@ -468,6 +470,7 @@ class BatchJob(pulumi.ComponentResource):
             "enableServiceLinks": False,
             "securityContext": dict(pods.POD_SECURITY),
             **pods.placement(hardware, prefer_capacity=["spot"], spread_labels=None),
+            **({"resourceClaims": claims} if claims else {}),
             "initContainers": [
                 pods.prefetch_init_container(spec.region, millicores, memory),
                 s3_stage("fetch-input", "fetch"),
@@ -526,7 +529,7 @@ class BatchJob(pulumi.ComponentResource):
             opts=retained,
         )
         workload_opts = pulumi.ResourceOptions.merge(
-            child, pulumi.ResourceOptions(depends_on=[prefetch, scripts, *args.workload_depends_on])
+            child, pulumi.ResourceOptions(depends_on=[prefetch, scripts, *claim_templates, *args.workload_depends_on])
         )
         if job.schedule is not None:
             self.workload: pulumi.CustomResource = CronJob(

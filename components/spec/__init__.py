@@ -16,8 +16,8 @@ from inferstack.spec.model_services import (
     VLLM_ALL2ALL_BACKEND, All2AllBackend, LatencySlo, ModelServiceSpec, TrafficSpec,
 )
 from inferstack.spec.node_pools import (
-    CapacitySpec, EfaSpec, GpuSharing, MigSharing, MpsSharing, NodePoolSpec, NoSharing, NvmeCacheSpec, Reservation,
-    Taint, TimeSlicing,
+    CapacitySpec, EfaSpec, GpuSelector, GpuSharing, MigSharing, MpsSharing, NodePoolSpec, NoSharing, NvmeCacheSpec,
+    Reservation, Taint, TimeSlicing,
 )
 from inferstack.spec.platform import (
     BudgetSpec, GatewaySpec, MaintenanceWindowSpec, ObservabilitySpec, PlatformSpec, WeightsStoreSpec,
@@ -52,6 +52,7 @@ __all__ = [
     "LatencySlo",
     "LoraAdapterSpec",
     "MaintenanceWindowSpec",
+    "GpuSelector",
     "MigSharing",
     "Model",
     "ModelArchitecture",

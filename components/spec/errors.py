@@ -124,6 +124,7 @@ PATTERN_SENTENCES: dict[str, str] = {
         "an IAM role ARN: an account of 12 digits and a role name; e.g. 'arn:aws:iam::123456789012:role/ci-deploy'",
     r"^cr-[0-9a-f]{8,17}$": "a capacity reservation id: 'cr-' and 8 to 17 hex digits; e.g. 'cr-0123456789abcdef0'",
     r"^1\.\d{2}$": "a Kubernetes minor version, as a string; e.g. '1.36'",
+    r"^\d+\.\d+$": "a CUDA compute capability: major.minor, as a string; e.g. '9.0'",
     r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$":
         "an EKS cluster name: up to 100 letters, digits, '-' and '_', starting with a letter or digit; e.g. 'prod-eks'",
     r"^https?://": "an http:// or https:// URL; e.g. 'http://prometheus.monitoring:9090'",

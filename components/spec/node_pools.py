@@ -123,6 +123,20 @@ class NvmeCacheSpec(Model):
     )
 
 
+class GpuSelector(Model):
+    """Which GPUs a DRA claim may take, by the attributes the NVIDIA DRA driver publishes."""
+
+    product: str | None = Field(
+        None, min_length=1,
+        description="The GPU's product name exactly as the driver reports it (NVML), e.g. 'NVIDIA H100 80GB HBM3'; "
+        "it must name the pool's GPU model, but the variant's exact spelling is not in the catalog, so a name no GPU "
+        "reports leaves the claims unmet. Defaults to any.",
+    )
+    min_compute_capability: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+$")] | None = Field(
+        None, description="The lowest CUDA compute capability a claimed GPU may have, e.g. '9.0'. Defaults to any."
+    )
+
+
 def _bool_to_enabled(value):
     """Let `efa=True` / `nvme_cache=False` stand for the full object."""
     return {"enabled": value} if isinstance(value, bool) else value
@@ -162,6 +176,18 @@ class NodePoolSpec(Model):
     disk_size_gib: int = Field(200, ge=50, le=16384, description="Root EBS volume size. Defaults to 200 GiB.")
     ami_type: Literal["AL2023_x86_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA"] = Field(
         "AL2023_x86_64_NVIDIA", description="EKS AMI type. Defaults to AL2023_x86_64_NVIDIA."
+    )
+    device_mode: Literal["device_plugin", "dra"] = Field(
+        "device_plugin",
+        description="How pods get the pool's GPUs and EFA devices: 'device_plugin' (extended resources nvidia.com/gpu "
+        "and vpc.amazonaws.com/efa) or 'dra' (Dynamic Resource Allocation: ResourceClaims served by NVIDIA's and "
+        "AWS's DRA drivers, each GPU paired with the EFA devices on its PCIe root). DRA needs Kubernetes 1.34 (1.35 "
+        "with EFA), node groups (not Karpenter), whole GPUs or MIG strategy single, and under cluster-autoscaler a "
+        "standing node in each of the pool's node groups (min_nodes above on_demand_base, or on_demand_base equal "
+        "to max_nodes). Defaults to device_plugin.",
+    )
+    gpu_selector: GpuSelector | None = Field(
+        None, description="Under device_mode 'dra': which GPUs the pool's claims may take. Defaults to any."
     )
     auto_repair: bool = Field(
         True,

@@ -15,7 +15,7 @@ from inferstack.planning import refusals as planning_refusals
 from inferstack.planning.auto_placement import is_auto, resolve_models
 from inferstack.planning.disaggregation import expand as expand_engines, prefill_engine, service_of
 from inferstack.planning.minimum_capacity import minimum_capacity_refusals
-from inferstack.platform import refusals as platform_refusals
+from inferstack.platform import dra_refusals, refusals as platform_refusals
 from inferstack.serving import refusals as serving_refusals
 from inferstack.spec import ModelServiceSpec, PrefillSpec, StackSpec
 from inferstack.spec import checks as spec_checks, pool_checks, service_checks
@@ -101,6 +101,7 @@ def _valid_pools(spec: StackSpec, found: list[SpecError]) -> dict[str, PoolHardw
         problems += aws_refusals.pool_refusals(spec, index)
         if hardware is not None:
             problems += platform_refusals.pool_refusals(spec, index, hardware)
+            problems += dra_refusals.pool_refusals(spec, index, hardware)
         found += problems
         if hardware is not None and not problems:
             pools.setdefault(pool.name, hardware)
@@ -166,6 +167,7 @@ def _check_engine(spec: StackSpec, path: str, model: ModelServiceSpec, pools: di
     hardware = pools[model.pool]
     service_checks.check_model(spec, path, model, hardware)
     platform_refusals.check_model(spec, path, model)
+    dra_refusals.check_model(path, model, hardware)
     serving_refusals.check_model(spec, path, model, hardware)
     planning_refusals.check_model(path, model, service_of(spec.models, model), hardware)
 
