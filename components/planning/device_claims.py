@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferstack.catalog.dra import DEVICE_CLASSES, GPU_ATTRIBUTES, PCIE_ROOT_ATTRIBUTE, PcieLayout, pcie_layout
+from inferstack.catalog.dra import (
+    DEVICE_CLASSES, GPU_ATTRIBUTES, PCIE_ROOT_ATTRIBUTE, DeviceClass, PcieLayout, pcie_layout,
+)
 from inferstack.planning.pool_capacity import efa_requests, gpu_requests
-from inferstack.spec import MigSharing, ModelServiceSpec
+from inferstack.spec import MigSharing, ModelServiceSpec, NodePoolSpec
 from inferstack.spec.errors import SpecError
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
 
@@ -28,6 +30,12 @@ GPU_REQUEST, EFA_REQUEST = "gpu", "efa"
 
 def uses_dra(hardware: PoolHardware) -> bool:
     return hardware.spec.device_mode == "dra"
+
+
+def pool_device_classes(pool: NodePoolSpec) -> list[DeviceClass]:
+    """The DeviceClasses a DRA pool's claims name: its GPUs' (MIG slices on a MIG pool), then EFA's on an EFA pool."""
+    gpu = DEVICE_CLASSES["mig" if isinstance(pool.gpu_sharing, MigSharing) else "gpu"]
+    return [gpu, DEVICE_CLASSES["efa"]] if pool.efa.enabled else [gpu]
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ def pod_claims(model: ModelServiceSpec, hardware: PoolHardware, path: str = "mod
     """The claims one pod of `model` makes on a DRA pool; SpecError at `path` when its node cannot meet them."""
     gpus = sum(gpu_requests(model, hardware).values())
     efa = efa_requests(model, hardware).get(EFA_RESOURCE, 0)
-    gpu_class = DEVICE_CLASSES["mig" if isinstance(hardware.spec.gpu_sharing, MigSharing) else "gpu"].name
+    gpu_class = pool_device_classes(hardware.spec)[0].name
     selectors = gpu_selectors(model, hardware)
     if not efa:
         return PodClaims(RankClaim(gpu_class, 1, 0, selectors), gpus)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from inferstack.catalog.dra import MINIMUM_KUBERNETES, MINIMUM_KUBERNETES_EFA, UNSUPPORTED, pcie_layout
 from inferstack.planning.device_claims import pod_claims, uses_dra
 from inferstack.planning.node_groups import plan_node_groups
+from inferstack.platform.refusals import major_minor
 from inferstack.spec import CreateCluster, MigSharing, ModelServiceSpec, MpsSharing, StackSpec, TimeSlicing
 from inferstack.spec.errors import SpecError, refusals_of
 from inferstack.spec.pools import PoolHardware
@@ -43,11 +44,6 @@ def check_model(path: str, model: ModelServiceSpec, hardware: PoolHardware) -> N
         pod_claims(model, hardware, path)
 
 
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
-
-
 def _check_kubernetes(spec: StackSpec, path: str, hardware: PoolHardware) -> None:
     cluster = spec.cluster
     if not isinstance(cluster, CreateCluster):
@@ -59,14 +55,14 @@ def _check_kubernetes(spec: StackSpec, path: str, hardware: PoolHardware) -> Non
             f"(cluster.mode 'create', kubernetes_version {MINIMUM_KUBERNETES} or newer)",
         )
     version = cluster.kubernetes_version
-    if _minor(version) < _minor(MINIMUM_KUBERNETES):
+    if major_minor(version) < major_minor(MINIMUM_KUBERNETES):
         raise SpecError(
             f"{path}.device_mode",
             f"'dra' needs Kubernetes {MINIMUM_KUBERNETES} or newer (resource.k8s.io/v1), and "
             f"cluster.kubernetes_version is {version}",
             f"raise cluster.kubernetes_version to {MINIMUM_KUBERNETES} or newer, or use device_mode 'device_plugin'",
         )
-    if hardware.spec.efa.enabled and _minor(version) < _minor(MINIMUM_KUBERNETES_EFA):
+    if hardware.spec.efa.enabled and major_minor(version) < major_minor(MINIMUM_KUBERNETES_EFA):
         raise SpecError(
             f"{path}.device_mode",
             f"'dra' on an EFA pool needs Kubernetes {MINIMUM_KUBERNETES_EFA} or newer (AWS's EFA DRA driver, "
@@ -148,7 +144,7 @@ def _check_gpu_selector(path: str, hardware: PoolHardware) -> None:
             f"name the product the driver reports for a {gpu.name} (it contains {family!r}), or remove product",
         )
     wanted = chosen.min_compute_capability
-    if wanted is not None and _minor(wanted) > _minor(gpu.compute_capability):
+    if wanted is not None and major_minor(wanted) > major_minor(gpu.compute_capability):
         raise SpecError(
             f"{path}.gpu_selector.min_compute_capability",
             f"{wanted}, but the pool's {gpu.name} GPUs have compute capability {gpu.compute_capability}, so no "

@@ -23,13 +23,13 @@ from pulumi_kubernetes.core.v1 import Namespace
 from pulumi_kubernetes.helm.v3 import Release
 
 from inferstack.catalog.charts import chart
-from inferstack.catalog.dra import DEVICE_CLASSES
 from inferstack.conventions import EKS_CAPACITY_LABEL, KARPENTER_CAPACITY_LABEL, POOL_LABEL
 from inferstack.helm import helm_release
+from inferstack.planning.device_claims import pool_device_classes
 from inferstack.planning.node_groups import max_nodes_by
 from inferstack.planning.pool_capacity import advertised_per_node
 from inferstack.platform.gpu_nodes import dump_yaml, gpu_tolerations
-from inferstack.spec import ClusterQueueSpec, MigSharing, NodePoolSpec, PriorityClassSpec, StackSpec
+from inferstack.spec import ClusterQueueSpec, NodePoolSpec, PriorityClassSpec, StackSpec
 from inferstack.spec.pools import EFA_RESOURCE, PoolHardware
 
 CHART = "kueue"
@@ -178,9 +178,7 @@ def device_class_mappings(spec: StackSpec) -> list[dict[str, Any]]:
     for pool in spec.node_pools:
         if pool.device_mode != "dra":
             continue
-        used = ["mig" if isinstance(pool.gpu_sharing, MigSharing) else "gpu"] + (["efa"] if pool.efa.enabled else [])
-        for key in used:
-            device_class = DEVICE_CLASSES[key]
+        for device_class in pool_device_classes(pool):
             names = classes.setdefault(device_class.resource, [])
             if device_class.name not in names:
                 names.append(device_class.name)

@@ -56,7 +56,8 @@ def worker_refusals(spec: StackSpec) -> list[SpecError]:
     ]
 
 
-def _minor(version: str) -> tuple[int, int]:
+def major_minor(version: str) -> tuple[int, int]:
+    """'1.36' (a Kubernetes minor) or '9.0' (a compute capability) as numbers that compare."""
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
 
@@ -74,7 +75,7 @@ def _check_autoscaler_version(spec: StackSpec) -> None:
             "use one of those versions, add the image to components/catalog/charts.json, "
             "or set platform.node_autoscaler to 'none'",
         )
-    if spec.platform.karpenter and _minor(cluster.kubernetes_version) > _minor(NEWEST_KUBERNETES):
+    if spec.platform.karpenter and major_minor(cluster.kubernetes_version) > major_minor(NEWEST_KUBERNETES):
         raise SpecError(
             "cluster.kubernetes_version",
             f"the pinned Karpenter supports Kubernetes up to {NEWEST_KUBERNETES} (its compatibility table, "

@@ -99,8 +99,7 @@ def device_mechanism(hardware: PoolHardware) -> dict[str, Any]:
     """What hands the pool's GPUs and EFA devices to pods (one mechanism per node): the device plugins, or the DRA
     drivers with the DeviceClasses claims name there."""
     from inferstack.catalog.charts import chart
-    from inferstack.catalog.dra import DEVICE_CLASSES
-    from inferstack.spec import MigSharing
+    from inferstack.planning.device_claims import pool_device_classes
 
     pool = hardware.spec
     efa = bool(hardware.efa_interfaces)
@@ -108,11 +107,10 @@ def device_mechanism(hardware: PoolHardware) -> dict[str, Any]:
         charts = [GPU_OPERATOR, *([EFA_PLUGIN] if efa else [])]
         return {"mode": "device_plugin", "releases": [f"{c} {chart(c).version}" for c in charts], "device_classes": [],
                 "gpu_selector": None}
-    classes = ["mig" if isinstance(pool.gpu_sharing, MigSharing) else "gpu", *(["efa"] if efa else [])]
     charts = [GPU_DRA_DRIVER, *([EFA_DRA_DRIVER] if efa else [])]
     selector = pool.gpu_selector.model_dump(exclude_none=True) if pool.gpu_selector is not None else None
     return {"mode": "dra", "releases": [f"{c} {chart(c).version}" for c in charts],
-            "device_classes": [DEVICE_CLASSES[key].name for key in classes], "gpu_selector": selector or None}
+            "device_classes": [c.name for c in pool_device_classes(pool)], "gpu_selector": selector or None}
 
 
 def price_row(instance_type: str, purchase: str, price: Price) -> dict[str, Any]:
