@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from inferstack.catalog.all2all_backends import ALL2ALL_BACKENDS
 from inferstack.cli import main
-from inferstack.planning.engine_step import RoutedExperts, Shard
+from inferstack.planning.engine_step import KvLayout, RoutedExperts, Shard
 from inferstack.planning.service_performance import engine_for, service_estimate, workload_of
 from inferstack.planning.load import at_request_rate
 from inferstack.planning.sizing import (
@@ -216,7 +216,7 @@ def test_every_ranks_tokens_reach_the_shared_experts():
         experts = RoutedExperts(weights_bytes=8_000, flops_per_assignment=1.0, experts=256, per_token=8,
                                 token_sources=sources, devices=sources, expert_parallel=True, moe_layers=1,
                                 family="triton", peak="bf16")
-        return Shard(weights_bytes=10_000, kv_bytes_per_token=1, linear_flops_per_token=1.0,
+        return Shard(weights_bytes=10_000, kv=KvLayout(((1.0, None),)), linear_flops_per_token=1.0,
                      attention_flops_per_token_and_context=1.0, kernel=None, layers=1, hidden_size=1,
                      tensor_parallel=1, link=None, experts=experts)
 

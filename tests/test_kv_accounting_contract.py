@@ -12,6 +12,10 @@ or H200 and 2 x 2048 on an A100. Layer kinds form equal-sized KV cache groups, e
 :1253-1285) and the concurrency count (`get_max_concurrency_for_kv_cache_config`,
 vllm/v1/core/kv_cache_utils.py:1061-1093) both take the padded groups.
 
+What running sequences then fill is another figure (the last section): a windowed layer frees what falls before
+its window or chunk as a sequence advances (v1/core/single_type_kv_cache_manager.py), and the load model admits
+sequences by those bytes.
+
 The configs below are excerpts of the checkpoints' own files (huggingface.co/<id>/blob/main/config.json and, for
 ModelOpt, hf_quant_config.json); the tests write them and read them back with `service_fields_from_config`.
 """
@@ -30,8 +34,11 @@ from inferstack.planning.sizing import (
     fit,
     kv_bytes_per_token,
     kv_formula,
+    kv_layout,
     weights_bytes,
 )
+from inferstack.planning.load import Workload, admission_limit
+from inferstack.planning.service_performance import engine_for
 from inferstack.spec import ModelServiceSpec, NodePoolSpec
 from inferstack.spec.hf_config import service_fields_from_config
 from inferstack.spec.pools import PoolHardware
@@ -272,3 +279,62 @@ def test_modelopt_nvfp4_llama_70b_runs_fp8_kv_and_fits_one_h100_at_131072(tmp_pa
     assert round(result.weights_bytes_per_device / GIB) == 40          # ~42.7 GB: the checkpoint's index says so
     assert kv_cache // 163_840 >= 131072 > kv_cache // 327_680        # 16-bit KV would hold under one sequence
     assert result.fits
+
+
+# --------------------------------------------------------------------------- what running sequences keep
+
+
+def test_gpt_oss_running_sequences_keep_only_their_window_on_sliding_layers(tmp_path):
+    """vLLM 0.33.0 v1/core/single_type_kv_cache_manager.py: remove_skipped_blocks frees every whole block before
+    get_num_skipped_tokens, which SlidingWindowManager puts at max(0, computed - sliding_window + 1). A running
+    gpt-oss sequence so keeps every token on its 18 full layers and at most the window's 127 tokens and the
+    16-token block the window starts in on its 18 sliding layers: a short sequence costs its length on both, a long
+    one its window. The startup reservation (fit above) is another figure: one max_model_len sequence with the
+    in-flight tokens."""
+    model = from_config(tmp_path, "openai/gpt-oss-120b", GPT_OSS_CONFIG, max_model_len=2048)
+    per_layer = 2 * 8 * 64 * 2                             # K and V of 8 heads of 64, 16 bits: 2048 bytes
+    layout = kv_layout(model)
+    assert layout.kinds == ((18 * per_layer, None), (18 * per_layer, 127 + 16))
+    assert layout.sequence_bytes(100) == 36 * per_layer * 100
+    assert layout.sequence_bytes(10_000) == 18 * per_layer * (10_000 + 143)
+    # At max_model_len 2048 on an A100 the reservation counts both kinds whole (2048 is less than 127 + 2 x 2048
+    # in-flight tokens; the sliding layers a block more), so it charges a token about 36 layers, where a
+    # 313-token sequence keeps about 26.2 a token.
+    result = fit(model, A100)
+    assert result.kv_bytes_per_token_per_device == (18 * 2048 + 18 * (2048 + 16)) * per_layer // 2048 == 74_016
+    assert layout.sequence_bytes(313) / (313 * per_layer) == pytest.approx(18 + 18 * 143 / 313)
+
+
+def test_admission_fills_the_cache_with_what_each_sequence_keeps(tmp_path):
+    """The load model admits as many sequences as the KV cache's bytes hold at the workload's mean length, each
+    costing what it keeps (vLLM's scheduler allocates blocks while the pool has them, v1/core/sched/scheduler.py);
+    for gpt-oss on one A100 that is about 1.38 times the count the startup reservation would give."""
+    model = from_config(tmp_path, "openai/gpt-oss-120b", GPT_OSS_CONFIG, max_model_len=2048, max_num_seqs=1024)
+    engine = engine_for(model, A100)
+    workload = Workload(215, 197)
+    admitted, limit = admission_limit(engine, workload)
+    assert limit == "kv_cache"
+    assert admitted == pytest.approx(engine.kv_cache_bytes / engine.shard.kv.sequence_bytes(workload.held_tokens))
+    by_reservation = engine.kv_cache_bytes / 74_016 / workload.held_tokens
+    assert engine.kv_tokens == engine.kv_cache_bytes // 74_016
+    assert admitted / by_reservation == pytest.approx(74_016 / 2048 / (18 + 18 * 143 / workload.held_tokens))
+
+
+def test_scout_running_sequences_keep_at_most_one_chunk_on_chunked_layers(tmp_path):
+    """ChunkedLocalAttentionManager.get_num_skipped_tokens (v1/core/single_type_kv_cache_manager.py): the computed
+    tokens rounded down to attention_chunk_size, so a chunked layer keeps at most one 8192-token chunk."""
+    model = from_config(tmp_path, "meta-llama/Llama-4-Scout-17B-16E-Instruct", SCOUT_CONFIG,
+                        tensor_parallel=8, max_model_len=131072)
+    layout = kv_layout(model)
+    assert layout.kinds == ((12 * 512, None), (36 * 512, 8192))
+    assert layout.sequence_bytes(100_000) == 512 * (12 * 100_000 + 36 * 8192)
+
+
+def test_a_dense_model_keeps_every_token_on_every_layer():
+    model = ModelServiceSpec(name="m", model="meta-llama/Llama-3.1-8B-Instruct", pool="p", max_model_len=8192)
+    layout = kv_layout(model)
+    assert layout.kinds == ((32 * 2 * 8 * 128 * 2, None),)
+    engine = engine_for(model, H100)
+    workload = Workload(1000, 200)
+    admitted, _ = admission_limit(engine, workload)
+    assert admitted == pytest.approx(min(engine.max_num_seqs, engine.kv_cache_bytes / (131_072 * 1100)))

@@ -110,10 +110,13 @@ def test_mla_decode_attention_is_bound_by_its_flops():
     engine = engine_for(spec, hardware)
     step = step_time(engine.shard, engine.device, STATED, decoding=256, mean_context=4000, prompt_tokens=0,
                      prompt_attended_context=0, running=256)
-    kv_read = 256 * 4000 * engine.shard.kv_bytes_per_token / (
+    kv_read = 256 * engine.shard.kv.sequence_bytes(4000) / (
         engine.device.bandwidth_bytes_per_second * STATED.kv_bandwidth_share
     )
-    assert step.kv_reads > 1.5 * kv_read
+    flops_bound = 256 * 4000 * engine.shard.decode_attention_flops_per_token_and_context / (
+        engine.device.peak_flops["bf16"] * STATED.prompt_attention_share
+    )
+    assert step.kv_reads == pytest.approx(flops_bound) and flops_bound > 1.4 * kv_read
 
 
 def test_a_backlog_of_short_prompts_fills_the_steps_room_instead_of_queueing_behind_chunk_steps():

@@ -91,6 +91,51 @@ def test_a_run_of_fewer_prompts_than_its_rate_would_admit_runs_as_a_batch_of_the
     assert unbounded.point.running > row.point.running
 
 
+def test_a_wave_is_every_prompt_sent_at_once():
+    """vllm bench serve with --request-rate inf (its default) and no --max-concurrency below --num-prompts sends every
+    prompt at once (vllm benchmarks/serve.py): GPUStack's runs, whose quotes give as many successful requests as
+    peak concurrent ones. A --max-concurrency run of more prompts, or an open-loop one, is not a wave."""
+    point = next(m for m in MEASUREMENTS if m.id == "gpustack-perflab-dsr1-h200-4")
+    assert point.wave and point.num_prompts == point.concurrency == 1000
+    assert "Successful requests:                     1000" in point.source["quote"]
+    assert not replace(point, num_prompts=2000).wave
+    assert not replace(point, concurrency=None, request_rate=10.0).wave
+
+
+def test_a_wave_served_from_its_start_shows_no_idle_start_and_a_stalled_one_its_stall():
+    """The bound Measurement.idle_start_seconds rests on: prompts prefilled at a steady rate over P seconds from an
+    idle start s, then D seconds of decoding, give a mean TTFT of s + P / 2 over a run of s + P + D, so
+    2 x TTFT - duration = s - D: never more than the idle start, and the idle start itself when decoding is short."""
+    point = next(m for m in COUNTED if m.wave and m.output_tokens == 4)
+
+    def run(idle: float, prefill: float, decode: float):
+        duration = idle + prefill + decode
+        return replace(point, ttft_ms=(idle + prefill / 2) * 1000,
+                       output_tokens_per_second=point.num_prompts * point.output_tokens / duration)
+
+    assert run(0.0, 10.0, 0.5).idle_start_seconds == 0.0
+    assert run(15.0, 4.0, 0.5).idle_start_seconds == pytest.approx(14.5)
+    assert run(15.0, 4.0, 0.0).idle_start_seconds == pytest.approx(15.0)
+    assert replace(point, num_prompts=None).idle_start_seconds is None
+
+
+def test_a_wave_idle_for_more_than_half_its_run_is_shown_but_not_counted():
+    """GPUStack's 1,000 prompts of 128 tokens with 4-token answers on DeepSeek-R1 (8 x H200) and Qwen3-235B (H100):
+    a mean TTFT of 80-92% of the run means no first token for most of it (SGLang ran the same DeepSeek wave in
+    6.40 s, vLLM in 22.07 s, the same page). The table keeps them; the accuracy does not count them."""
+    held = {m.id: m for m in MEASUREMENTS if m.held_out and "measures its start" in m.held_out}
+    assert set(held) == {"gpustack-perflab-dsr1-h200-4", "gpustack-perflab-q235b-h100-8",
+                         "gpustack-perflab-q235b-h100-12"}
+    deepseek = held["gpustack-perflab-dsr1-h200-4"]
+    duration = 1000 * 4 / 181.27
+    assert deepseek.idle_start_seconds == pytest.approx(2 * 19.39211 - duration)
+    assert "19.39 s" in deepseek.held_out and "22.07 s" in deepseek.held_out and "16.72 s" in deepseek.held_out
+    assert not any(counted(m) for m in held.values())
+    assert all(m.idle_start_seconds <= 0.5 * m.num_prompts * m.output_tokens / m.output_tokens_per_second
+               for m in COUNTED if m.idle_start_seconds is not None)
+    assert {row.measurement.id for row in comparisons()} >= set(held)
+
+
 # ------------------------------------------------------------------------------------- stated accuracy
 
 
@@ -132,11 +177,12 @@ def test_the_stated_accuracy_is_the_out_of_sample_one_and_names_dense_and_moe():
     assert whole.median_error > in_sample().median_error
 
 
-def test_out_of_sample_median_error_is_within_a_quarter_for_dense_and_moe():
+def test_out_of_sample_median_error_is_within_a_quarter_and_the_worst_within_twofold_for_dense_and_moe():
     stored = out_of_sample()
-    assert stored.over(stored.ratios).median_error <= 0.25
+    whole = stored.over(stored.ratios)
+    assert whole.median_error <= 0.25 and whole.worst_factor <= 2.0
     for kind, accuracy in stored.by_architecture().items():
-        assert accuracy.median_error <= 0.25, kind
+        assert accuracy.median_error <= 0.25 and accuracy.worst_factor <= 2.0, kind
 
 
 def test_each_service_is_told_the_error_of_the_points_most_like_it():

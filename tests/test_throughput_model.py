@@ -204,6 +204,7 @@ def test_the_stated_constants_are_the_calibration_fit():
             assert calibrate.loss(moved, points) > stated * 0.995, parameter.name
     assert STATED.bandwidth_share["w8a16-marlin"] == STATED.bandwidth_share["w4a16-marlin"]
     assert STATED.compute_share["w8a8-int8"] == STATED.compute_share["w8a8-fp8"]
+    assert STATED.bandwidth_share["w8a8-fp8"] == STATED.bandwidth_share["w8a8-int8"] == STATED.bandwidth_share["16-bit"]
 
 
 def test_at_full_load_the_binding_limit_is_named():

@@ -9,7 +9,7 @@ compared and reported apart (inferstack.planning.accuracy); nothing here is comp
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any, Mapping
 
@@ -31,7 +31,7 @@ class Measurement:
     output_tokens: int
     concurrency: int | None         # closed loop: requests in flight (offline runs: every prompt at once)
     request_rate: float | None      # open loop: requests per second
-    num_prompts: int | None         # the run's prompt count, where it bounds what is in flight
+    num_prompts: int | None         # the run's prompt count where stated (a wave when it equals the concurrency)
     output_lengths: str             # 'fixed' (random dataset, --ignore-eos) or 'sharegpt' (the dataset's own lengths)
     # Engine limits the source states for a vLLM run; unstated (and for other engines, whose limits are not
     # vLLM's), the point runs at vLLM 0.33's defaults, as a vLLM service of that setup would.
@@ -57,14 +57,52 @@ class Measurement:
         return self.source["publisher"]
 
     @property
+    def wave(self) -> bool:
+        """Every prompt sent at once (`vllm bench serve --request-rate inf` with no --max-concurrency below the prompt
+        count): the run is one batch that starts empty and drains, not a steady state."""
+        return (self.request_rate is None and self.num_prompts is not None and self.concurrency is not None
+                and self.num_prompts <= self.concurrency)
+
+    @property
+    def idle_start_seconds(self) -> float | None:
+        """The least time a wave spent before it served, from its published figures. Its requests get their first
+        tokens as their prompts are prefilled, and a step carries fewer prompt tokens as more sequences decode, so
+        first tokens come no less densely early than late: served from `idle` on, the mean first token comes no
+        later than half-way through the rest of the run, mean TTFT <= idle + (duration - idle) / 2, so
+        idle >= 2 x mean TTFT - duration, the duration being the prompts' output over the output tokens/s."""
+        if not self.wave or not self.ttft_ms or not self.output_tokens_per_second:
+            return None
+        duration = self.num_prompts * self.output_tokens / self.output_tokens_per_second
+        return max(0.0, 2 * self.ttft_ms / 1000 - duration)
+
+    @property
     def engine_family(self) -> str:
         """'vllm', or the other engine the point ran: the model is of vLLM, so only vLLM points are fitted."""
         return self.engine.split()[0]
 
 
+# A wave idle for more than this share of its run measures its start (kernels compiled or caches filled on first
+# use), not the rate the engine serves at: it is shown, not counted.
+IDLE_SHARE_HELD_OUT = 0.5
+
+
+def _idle_start(point: Measurement) -> str | None:
+    """Why a wave whose published figures show it idle for most of its run is held out, or None."""
+    idle = point.idle_start_seconds
+    if idle is None:
+        return None
+    duration = point.num_prompts * point.output_tokens / point.output_tokens_per_second
+    if idle <= IDLE_SHARE_HELD_OUT * duration:
+        return None
+    return (f"a wave of {point.num_prompts} prompts whose mean TTFT ({point.ttft_ms / 1000:.2f} s) is "
+            f"{point.ttft_ms / 1000 / duration:.0%} of its {duration:.2f} s run: it gave no request its first token for at least "
+            f"{idle:.2f} s (2 x mean TTFT - duration, Measurement.idle_start_seconds), more than half the run, so "
+            "it measures its start, not its serving rate")
+
+
 def _measurement(raw: Mapping[str, Any]) -> Measurement:
     measured = raw["measured"]
-    return Measurement(
+    point = Measurement(
         id=raw["id"],
         model=raw["model"],
         quantization=raw.get("quantization", "auto"),
@@ -92,6 +130,7 @@ def _measurement(raw: Mapping[str, Any]) -> Measurement:
         derived=raw.get("derived"),
         held_out=raw.get("held_out"),
     )
+    return point if point.held_out else replace(point, held_out=_idle_start(point))
 
 
 _RAW = json.loads(files("inferstack.catalog").joinpath("serving_measurements.json").read_text(encoding="utf-8"))

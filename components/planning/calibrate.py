@@ -90,9 +90,8 @@ def _moe_family(family: str) -> Parameter:
 
 
 PARAMETERS = (
-    _kernel("bandwidth_share", "16-bit"),
+    _kernel("bandwidth_share", "16-bit", "w8a8-fp8", "w8a8-int8"),
     _kernel("compute_share", "16-bit"),
-    _kernel("bandwidth_share", "w8a8-fp8", "w8a8-int8"),
     _kernel("compute_share", "w8a8-fp8", "w8a8-int8"),
     _kernel("compute_share", "w8a16-marlin"),
     _kernel("bandwidth_share", "w4a16-marlin", "w8a16-marlin"),

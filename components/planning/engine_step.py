@@ -8,7 +8,8 @@ left of `max_num_batched_tokens` on prompt chunks (chunked prefill). A step's ti
     routed experts  (mixture-of-experts) max(bytes of the experts the step's tokens touch / bandwidth,
                         the tokens each expert gets, padded to the kernel's tile, x 2 x its parameters /
                         the grouped GEMM's throughput); under expert parallelism the busiest GPU's share
-    decode attention  max(decoding sequences x their mean context x KV bytes per token / bandwidth,
+    decode attention  max(decoding sequences x the KV bytes each keeps at its mean context / bandwidth
+                        (a sliding-window layer its window),
                         the attention's FLOPs over that context / 16-bit throughput): MLA's latent
                         attention is compute-heavy where GQA's is a read
     prompt attention  4 x layers x heads x head_dim x prompt tokens x context they attend / 16-bit throughput
@@ -51,20 +52,24 @@ class KernelFamily:
 
 FITTED = "fitted to the published vLLM measurements in catalog/serving_measurements.json (planning/calibrate.py)"
 
+# What a GEMM bound by its weight reads reaches of the bandwidth, for 16-bit and 8-bit W8A8 weights alike (KERNELS).
+WEIGHT_STREAMING_SHARE = 0.66
+
 KERNELS = {
     "16-bit": KernelFamily(
         "16-bit", "bf16",
-        Assumption("16-bit weights: share of bandwidth", 0.69,
-                   f"cuBLAS streaming 16-bit weights; {FITTED} (16-bit points "
-                   "at 1 to 8 in flight)"),
-        Assumption("16-bit weights: share of dense BF16 throughput", 0.64,
+        Assumption("16-bit weights: share of bandwidth", WEIGHT_STREAMING_SHARE,
+                   f"cuBLAS streaming 16-bit weights; {FITTED} (16-bit and FP8 W8A8 points at 1 to 8 in flight)"),
+        Assumption("16-bit weights: share of dense BF16 throughput", 0.65,
                    f"large-batch and prompt GEMMs; {FITTED} (16-bit points at 64 and more in flight, long prompts)"),
     ),
     "w8a8-fp8": KernelFamily(
         "w8a8-fp8", "fp8",
-        Assumption("FP8 W8A8: share of bandwidth", 0.6,
-                   "CUTLASS scaled-mm streaming 1-byte weights, with the activations quantized per token before each "
-                   f"matmul; {FITTED}"),
+        Assumption("FP8 W8A8: share of bandwidth", WEIGHT_STREAMING_SHARE,
+                   "taken as 16-bit weights' and fitted with it: a GEMM bound by its weight reads streams them at "
+                   "one share of the bandwidth whatever their width, and the table cannot fix FP8's apart (only one "
+                   "publisher's dense FP8 points exercise it; fitted without them it fell to 0.28, leave one "
+                   "source out)"),
         Assumption("FP8 W8A8: share of dense FP8 throughput", 0.45,
                    f"FP8 GEMMs at large batch, with per-token activation quantization; {FITTED}"),
     ),
@@ -89,14 +94,14 @@ KERNELS = {
     ),
     "w8a8-int8": KernelFamily(
         "w8a8-int8", "int8",
-        Assumption("INT8 W8A8: share of bandwidth", 0.6,
+        Assumption("INT8 W8A8: share of bandwidth", WEIGHT_STREAMING_SHARE,
                    "taken as FP8 W8A8's (the same CUTLASS scaled-mm family); no published INT8 point in the table"),
         Assumption("INT8 W8A8: share of dense INT8 throughput", 0.45, "taken as FP8 W8A8's; no published INT8 point"),
     ),
 }
 
 KV_BANDWIDTH_EFFICIENCY = Assumption(
-    "KV reads: share of bandwidth", 0.9,
+    "KV reads: share of bandwidth", 0.88,
     f"paged-attention decode kernels stream each sequence's KV blocks; {FITTED} (20K-token contexts, large batches)",
 )
 PROMPT_ATTENTION_EFFICIENCY = Assumption(
@@ -105,24 +110,24 @@ PROMPT_ATTENTION_EFFICIENCY = Assumption(
     "with FlashAttention-3 (Shah et al. 2024)",
 )
 MOE_LAYER_OVERHEAD_SECONDS = Assumption(
-    "overhead per MoE layer per step", 3.5e-05,
+    "overhead per MoE layer per step", 3.2e-05,
     "the routing work of each MoE layer beyond the experts' GEMMs: the router's top-k, sorting the tokens by expert "
     "and padding them to tiles (moe_align_block_size), permuting them in and out and summing the k outputs, in "
     f"seconds; {FITTED} (MoE models at 1 to 8 in flight)",
 )
 MLA_LAYER_OVERHEAD_SECONDS = Assumption(
-    "overhead per MLA layer per step", 0.00018,
+    "overhead per MLA layer per step", 0.00019,
     "the kernels multi-head latent attention runs beyond GQA's in each layer (the query and KV latent projections "
     "and their norms, RoPE on the split key, the per-head absorbed up-projections around the latent attention and "
     f"its decode metadata), in seconds; {FITTED} (DeepSeek-R1 at 4 to 50 in flight)",
 )
 SEQUENCE_OVERHEAD_SECONDS = Assumption(
-    "overhead per scheduled sequence per step", 1.37e-05,
+    "overhead per scheduled sequence per step", 1.35e-05,
     f"per-sequence scheduling, sampling and output work of each step, in seconds; {FITTED} (hundreds to a "
     "thousand sequences in flight)",
 )
 MOE_BANDWIDTH_EFFICIENCY = Assumption(
-    "routed experts: share of bandwidth", 0.74,
+    "routed experts: share of bandwidth", 0.73,
     "grouped-GEMM MoE kernels (Triton fused_moe, Marlin MoE, FlashInfer, the OAI Triton kernel) streaming the "
     f"touched experts' weights, one small GEMM an expert with its gathered tokens; {FITTED} (MoE points at 1 to 64 "
     "in flight)",
@@ -133,7 +138,7 @@ _MOE_COMPUTE_WHY = (
 )
 MOE_COMPUTE_EFFICIENCY = {
     "triton": Assumption(
-        "routed experts, Triton fused_moe: share of dense throughput", 0.14,
+        "routed experts, Triton fused_moe: share of dense throughput", 0.15,
         f"{_MOE_COMPUTE_WHY}; {FITTED} (Qwen3 MoE in 16 bits and FP8, DeepSeek-R1 FP8 on Hopper)",
     ),
     "marlin-w4a16": Assumption(
@@ -181,12 +186,12 @@ DECODE_ATTENTION = Assumption(
 )
 ALL_REDUCE_LATENCY_SECONDS = {
     "nvlink": Assumption(
-        "cost per all-reduce over NVLink", 2.4e-05,
+        "cost per all-reduce over NVLink", 2.5e-05,
         "seconds per call beyond moving its bytes, two calls per layer: the collective's latency and the "
         f"synchronisation and launch gaps around it; {FITTED} (tensor parallel 2 to 8 on A100, H100, H200 and B200)",
     ),
     "pcie": Assumption(
-        "cost per all-reduce over PCIe", 3.2e-06,
+        "cost per all-reduce over PCIe", 6.8e-07,
         f"as over NVLink, for NCCL over PCIe through the host; {FITTED} (gpt-oss-20b at TP 4 on A10G)",
     ),
 }
@@ -317,11 +322,25 @@ class RoutedExperts:
 
 
 @dataclass(frozen=True)
+class KvLayout:
+    """What one device keeps of a running sequence's KV cache, per kind of attention layer: the bytes a token
+    costs there and the most tokens of the sequence it keeps (None: every one). vLLM frees the blocks that fall
+    before a sliding window or the current local-attention chunk as a sequence advances, so a long sequence
+    costs its windowed layers only their window (sizing.kv_layout)."""
+
+    kinds: tuple[tuple[float, int | None], ...]
+
+    def sequence_bytes(self, tokens: float) -> float:
+        """Bytes one running sequence of `tokens` tokens keeps on the device."""
+        return sum(per_token * (tokens if kept is None else min(tokens, kept)) for per_token, kept in self.kinds)
+
+
+@dataclass(frozen=True)
 class Shard:
     """What one device of a replica holds and computes, per token, for the step model."""
 
     weights_bytes: int                          # everything on the device, routed experts included
-    kv_bytes_per_token: int
+    kv: KvLayout                                # what a decoding sequence reads of its KV cache each step
     linear_flops_per_token: float              # 2 x the device's share of the dense (non-routed) parameters
     attention_flops_per_token_and_context: float   # prompt attention: 4 x its layers x its query heads x head_dim
     kernel: KernelFamily                        # the dense layers' kernel
@@ -387,7 +406,7 @@ def step_time(
         experts = max(expert_read, expert_compute) + routed.moe_layers * constants.moe_layer_overhead_seconds
     context = decoding * mean_context
     kv = max(
-        context * shard.kv_bytes_per_token / (bandwidth * constants.kv_bandwidth_share),
+        decoding * shard.kv.sequence_bytes(mean_context) / (bandwidth * constants.kv_bandwidth_share),
         context * shard.decode_attention_flops_per_token_and_context / (
             device.peak_flops["bf16"] * constants.prompt_attention_share
         ),

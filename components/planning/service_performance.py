@@ -22,7 +22,7 @@ from inferstack.planning.sizing import (
     expert_weights_bytes,
     experts_per_device,
     fit,
-    kv_bytes_per_token_per_device,
+    kv_layout,
     scheduler_defaults,
 )
 from inferstack.spec import LatencySlo, MigSharing, ModelServiceSpec, MpsSharing, NoSharing, TimeSlicing, TrafficSpec
@@ -134,9 +134,7 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     routed_active = arch.expert_params * arch.experts_per_token / arch.experts if arch.experts else 0
     shard = Shard(
         weights_bytes=sized.weights_bytes_per_device,
-        # What a step reads per token of context: a windowed layer's window, not the in-flight tokens vLLM's start
-        # check reserves on top of it (sizing.kv_bytes_per_token_per_device with no pool).
-        kv_bytes_per_token=kv_bytes_per_token_per_device(model),
+        kv=kv_layout(model),
         linear_flops_per_token=2 * (active - routed_active) / (tp * pp),
         attention_flops_per_token_and_context=attention_flops(model, layers),
         kernel=KERNELS[dense_kernel_family(model, hardware.gpu)],
@@ -151,7 +149,8 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(
         shard=shard, device=device_for(model, hardware), pipeline_parallel=pp, max_num_seqs=seqs,
-        max_num_batched_tokens=batched_tokens, kv_tokens=sized.rank_kv_tokens, constants=STATED,
+        max_num_batched_tokens=batched_tokens, kv_tokens=sized.rank_kv_tokens,
+        kv_cache_bytes=sized.kv_cache_bytes_per_device, constants=STATED,
     )
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from inferstack.planning.disaggregation import role_workload
-from inferstack.planning.load import Engine, Workload, admission_limit, at_concurrency, at_request_rate
+from inferstack.planning.load import Engine, Workload, admission_limit, at_concurrency, at_request_rate, kv_share
 from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.planning.scaling_thresholds import HPA_TOLERANCE
 from inferstack.spec import LatencySlo, ModelServiceSpec, SpecError
@@ -541,8 +541,7 @@ def _signal(name: str, service: _Service, now: int) -> float:
         prompt = service.setup.default_tokens[0] - service.setup.shared_prefix_tokens
         return (queued + ready * point.running) * prompt
     workload = service.states.workload(tokens)   # kv-cache: the mean share of each replica's KV cache in use
-    held = workload.held_tokens * point.running + workload.cached_prefix_tokens
-    return min(1.0, held / (service.setup.engine.kv_tokens * service.setup.model.data_parallel))
+    return min(1.0, kv_share(service.setup.engine, workload, point.running) / service.setup.model.data_parallel)
 
 
 def _rate_limit(changes: list[tuple[int, int]], now: int, current: int, policies, select: str, up: bool) -> int:

@@ -26,6 +26,7 @@ from fractions import Fraction
 
 from inferstack.planning import lora, speculative
 from inferstack.planning.creation_times import replica_parts
+from inferstack.planning.engine_step import KvLayout
 from inferstack.planning.parameters import DTYPE_BYTES, embedding_params, vocabulary
 from inferstack.planning.quantization import served_format
 from inferstack.planning.shard_blocks import block_problem
@@ -325,6 +326,36 @@ def kv_bytes_per_token_per_device(model: ModelServiceSpec, hardware: PoolHardwar
     layer_tokens = _reserved_layer_tokens(model, _in_flight_tokens(model, hardware))
     stage_bytes = Fraction(layer_tokens * stage_layers, arch.layers) * _per_layer_bytes(model, model.tensor_parallel)
     return math.ceil(stage_bytes / model.max_model_len)
+
+
+def _kept_tokens(model: ModelServiceSpec, kind: str) -> int | None:
+    """The most tokens of a running sequence a kind of layer keeps (None: all). vLLM frees every whole block before
+    `get_num_skipped_tokens` (SingleTypeKVCacheManager.remove_skipped_blocks, vllm/v1/core/single_type_kv_cache_manager.py):
+    max(0, computed - sliding_window + 1) for SlidingWindowManager, so its window's last sliding_window - 1 tokens
+    and the block the window starts in stay; the computed tokens rounded down to the chunk for
+    ChunkedLocalAttentionManager, so at most one chunk stays."""
+    arch = model.resolved_architecture
+    if kind == "sliding-window":
+        return arch.sliding_window - 1 + KV_BLOCK_TOKENS
+    if kind == "chunked local-attention":
+        return arch.attention_chunk_size
+    return None
+
+
+def kv_layout(model: ModelServiceSpec) -> KvLayout:
+    """What one device keeps of a running sequence (engine_step.KvLayout), per kind of layer: its layers on the device
+    (the largest pipeline stage, each kind spread evenly, counted in vLLM's padded groups as `_layer_kinds`) x one
+    tensor rank's bytes per layer and token, and the tokens the kind keeps (`_kept_tokens`). This, not the
+    startup reservation of `kv_bytes_per_token_per_device`, is what running sequences fill: a windowed layer
+    holds a short sequence's tokens, and a long one's window. A speculative draft's KV is kept whole."""
+    arch = model.resolved_architecture
+    stage = Fraction(math.ceil(arch.layers / model.pipeline_parallel), arch.layers)
+    per_layer = _per_layer_bytes(model, model.tensor_parallel)
+    kinds = [(float(counted * stage * per_layer), _kept_tokens(model, kind)) for kind, _, counted in _layer_kinds(model)]
+    draft = speculative.draft_kv_bytes_per_token_per_device(model, _kv_width(model), per_layer)
+    if draft:
+        kinds.append((float(draft), None))
+    return KvLayout(tuple(kinds))
 
 
 def kv_formula(model: ModelServiceSpec) -> str:
