@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from inferstack.catalog.all2all_backends import ALL2ALL_BACKENDS
 from inferstack.cli import main
-from inferstack.planning.engine_step import KvLayout, RoutedExperts, Shard
+from inferstack.planning.engine_step import RoutedExperts, Shard, Windowed
 from inferstack.planning.service_performance import engine_for, service_estimate, workload_of
 from inferstack.planning.load import at_request_rate
 from inferstack.planning.sizing import (
@@ -204,7 +204,7 @@ def test_the_backend_choices_are_the_upstream_ones_that_work_on_nvidia():
 def test_a_data_parallel_replica_carries_its_ranks_traffic():
     model = deepseek(**WIDE, traffic={"requests_per_second": 20.0, "mean_input_tokens": 2000, "mean_output_tokens": 500})
     engine = engine_for(model, H200)
-    assert engine.kv_tokens == fit(model, H200).rank_kv_tokens and engine.shard.experts.token_sources == 16
+    assert engine.kv_cache_bytes == fit(model, H200).kv_cache_bytes_per_device and engine.shard.experts.token_sources == 16
     estimate = service_estimate(model, H200, region="us-east-2")
     rank = at_request_rate(engine, workload_of(model.traffic), 20.0 / 16 / estimate.replicas)
     assert estimate.at_traffic.requests_per_second == pytest.approx(16 * rank.requests_per_second)
@@ -216,7 +216,7 @@ def test_every_ranks_tokens_reach_the_shared_experts():
         experts = RoutedExperts(weights_bytes=8_000, flops_per_assignment=1.0, experts=256, per_token=8,
                                 token_sources=sources, devices=sources, expert_parallel=True, moe_layers=1,
                                 family="triton", peak="bf16")
-        return Shard(weights_bytes=10_000, kv=KvLayout(((1.0, None),)), linear_flops_per_token=1.0,
+        return Shard(weights_bytes=10_000, kv=Windowed(((1.0, None),)), linear_flops_per_token=1.0,
                      attention_flops_per_token_and_context=1.0, kernel=None, layers=1, hidden_size=1,
                      tensor_parallel=1, link=None, experts=experts)
 

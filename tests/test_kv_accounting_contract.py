@@ -37,7 +37,7 @@ from inferstack.planning.sizing import (
     kv_layout,
     weights_bytes,
 )
-from inferstack.planning.load import Workload, admission_limit
+from inferstack.planning.load import Workload, admission_limit, kv_share
 from inferstack.planning.service_performance import engine_for
 from inferstack.spec import ModelServiceSpec, NodePoolSpec
 from inferstack.spec.hf_config import service_fields_from_config
@@ -295,14 +295,14 @@ def test_gpt_oss_running_sequences_keep_only_their_window_on_sliding_layers(tmp_
     per_layer = 2 * 8 * 64 * 2                             # K and V of 8 heads of 64, 16 bits: 2048 bytes
     layout = kv_layout(model)
     assert layout.kinds == ((18 * per_layer, None), (18 * per_layer, 127 + 16))
-    assert layout.sequence_bytes(100) == 36 * per_layer * 100
-    assert layout.sequence_bytes(10_000) == 18 * per_layer * (10_000 + 143)
+    assert layout.over(100) == 36 * per_layer * 100
+    assert layout.over(10_000) == 18 * per_layer * (10_000 + 143)
     # At max_model_len 2048 on an A100 the reservation counts both kinds whole (2048 is less than 127 + 2 x 2048
     # in-flight tokens; the sliding layers a block more), so it charges a token about 36 layers, where a
     # 313-token sequence keeps about 26.2 a token.
     result = fit(model, A100)
     assert result.kv_bytes_per_token_per_device == (18 * 2048 + 18 * (2048 + 16)) * per_layer // 2048 == 74_016
-    assert layout.sequence_bytes(313) / (313 * per_layer) == pytest.approx(18 + 18 * 143 / 313)
+    assert layout.over(313) / (313 * per_layer) == pytest.approx(18 + 18 * 143 / 313)
 
 
 def test_admission_fills_the_cache_with_what_each_sequence_keeps(tmp_path):
@@ -314,9 +314,9 @@ def test_admission_fills_the_cache_with_what_each_sequence_keeps(tmp_path):
     workload = Workload(215, 197)
     admitted, limit = admission_limit(engine, workload)
     assert limit == "kv_cache"
-    assert admitted == pytest.approx(engine.kv_cache_bytes / engine.shard.kv.sequence_bytes(workload.held_tokens))
+    assert admitted == pytest.approx(engine.kv_cache_bytes / engine.kept_kv.over(workload.held_tokens))
     by_reservation = engine.kv_cache_bytes / 74_016 / workload.held_tokens
-    assert engine.kv_tokens == engine.kv_cache_bytes // 74_016
+    assert fit(model, A100).rank_kv_tokens == engine.kv_cache_bytes // 74_016
     assert admitted / by_reservation == pytest.approx(74_016 / 2048 / (18 + 18 * 143 / workload.held_tokens))
 
 
@@ -327,7 +327,7 @@ def test_scout_running_sequences_keep_at_most_one_chunk_on_chunked_layers(tmp_pa
                         tensor_parallel=8, max_model_len=131072)
     layout = kv_layout(model)
     assert layout.kinds == ((12 * 512, None), (36 * 512, 8192))
-    assert layout.sequence_bytes(100_000) == 512 * (12 * 100_000 + 36 * 8192)
+    assert layout.over(100_000) == 512 * (12 * 100_000 + 36 * 8192)
 
 
 def test_a_dense_model_keeps_every_token_on_every_layer():
@@ -338,3 +338,37 @@ def test_a_dense_model_keeps_every_token_on_every_layer():
     workload = Workload(1000, 200)
     admitted, _ = admission_limit(engine, workload)
     assert admitted == pytest.approx(min(engine.max_num_seqs, engine.kv_cache_bytes / (131_072 * 1100)))
+
+
+def test_gemma3_running_sequences_keep_the_padded_window_groups(tmp_path):
+    """The block pool is shared by equal-sized groups (v1/core/kv_cache_planning.py:416-557): a block of a window
+    group spans all 10 of its layer slots, so Gemma 3's 52 window layers keep blocks as 60 do, each at most the
+    window's 1023 tokens and a block (SlidingWindowManager.get_num_skipped_tokens)."""
+    model = from_config(tmp_path, "google/gemma-3-27b-it", GEMMA3_CONFIG, max_model_len=131072)
+    per_layer = 2 * 16 * 128 * 2
+    assert kv_layout(model).kinds == ((10 * per_layer, None), (60 * per_layer, 1023 + 16))
+    # At the long max_model_len the reservation spreads each window over the whole length, so a short sequence
+    # keeps more than it: 300 tokens keep 70 layers' worth a token, the reservation charges under 18.
+    assert kv_layout(model).over(300) / 300 / per_layer == 70
+    assert kv_bytes_per_token(model, H100) / per_layer < 18
+
+
+def test_a_draft_fills_the_cache_but_no_target_step_reads_it(tmp_path):
+    """An EAGLE-3 head keeps KV for every token of its one decoder layer (the draft's share of the cache, as the
+    startup fit counts it); the step model has no drafting steps, so only what the sequences keep carries it."""
+    model = ModelServiceSpec(name="m", model="meta-llama/Llama-3.1-8B-Instruct", pool="p", max_model_len=8192,
+                             speculative={"method": "eagle3", "model": "org/llama-eagle3"})
+    read, kept = kv_layout(model), kv_layout(model, with_draft=True)
+    per_layer = 2 * 8 * 128 * 2
+    assert read.kinds == ((32 * per_layer, None),)
+    assert kept.kinds == ((32 * per_layer, None), (per_layer, None))
+    engine = engine_for(model, H100)
+    assert engine.shard.kv == read and engine.kept_kv == kept
+
+
+def test_kv_share_is_the_running_sequences_and_the_prefix_over_the_cache():
+    model = ModelServiceSpec(name="m", model="meta-llama/Llama-3.1-8B-Instruct", pool="p", max_model_len=8192)
+    engine = engine_for(model, H100)
+    workload = Workload(1000, 200, cached_prefix_tokens=400)
+    per_token = 32 * 2 * 8 * 128 * 2
+    assert kv_share(engine, workload, 10) == pytest.approx((10 * per_token * 700 + per_token * 400) / engine.kv_cache_bytes)

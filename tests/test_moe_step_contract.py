@@ -110,7 +110,7 @@ def test_mla_decode_attention_is_bound_by_its_flops():
     engine = engine_for(spec, hardware)
     step = step_time(engine.shard, engine.device, STATED, decoding=256, mean_context=4000, prompt_tokens=0,
                      prompt_attended_context=0, running=256)
-    kv_read = 256 * engine.shard.kv.sequence_bytes(4000) / (
+    kv_read = 256 * engine.shard.kv.over(4000) / (
         engine.device.bandwidth_bytes_per_second * STATED.kv_bandwidth_share
     )
     flops_bound = 256 * 4000 * engine.shard.decode_attention_flops_per_token_and_context / (

@@ -93,8 +93,9 @@ def test_a_run_of_fewer_prompts_than_its_rate_would_admit_runs_as_a_batch_of_the
 
 def test_a_wave_is_every_prompt_sent_at_once():
     """vllm bench serve with --request-rate inf (its default) and no --max-concurrency below --num-prompts sends every
-    prompt at once (vllm benchmarks/serve.py): GPUStack's runs, whose quotes give as many successful requests as
-    peak concurrent ones. A --max-concurrency run of more prompts, or an open-loop one, is not a wave."""
+    prompt at once (vllm benchmarks/serve.py): GPUStack's runs, whose quotes give as many successful requests as the
+    run's concurrency and no "Maximum request concurrency" line. A --max-concurrency run of more prompts, or an
+    open-loop one, is not a wave."""
     point = next(m for m in MEASUREMENTS if m.id == "gpustack-perflab-dsr1-h200-4")
     assert point.wave and point.num_prompts == point.concurrency == 1000
     assert "Successful requests:                     1000" in point.source["quote"]
@@ -121,9 +122,10 @@ def test_a_wave_served_from_its_start_shows_no_idle_start_and_a_stalled_one_its_
 
 def test_a_wave_idle_for_more_than_half_its_run_is_shown_but_not_counted():
     """GPUStack's 1,000 prompts of 128 tokens with 4-token answers on DeepSeek-R1 (8 x H200) and Qwen3-235B (H100):
-    a mean TTFT of 80-92% of the run means no first token for most of it (SGLang ran the same DeepSeek wave in
-    6.40 s, vLLM in 22.07 s, the same page). The table keeps them; the accuracy does not count them."""
-    held = {m.id: m for m in MEASUREMENTS if m.held_out and "measures its start" in m.held_out}
+    a mean TTFT of 80-92% of the run puts most of it before the pace prefill sets first tokens (why, the page does
+    not say; its tuned SGLang ran the DeepSeek wave in 6.40 s, vLLM in 22.07 s). The table keeps them; the
+    accuracy does not count them. Every counted wave is at most 44% idle, as the README says."""
+    held = {m.id: m for m in MEASUREMENTS if m.held_out and "measures that start" in m.held_out}
     assert set(held) == {"gpustack-perflab-dsr1-h200-4", "gpustack-perflab-q235b-h100-8",
                          "gpustack-perflab-q235b-h100-12"}
     deepseek = held["gpustack-perflab-dsr1-h200-4"]
@@ -131,8 +133,9 @@ def test_a_wave_idle_for_more_than_half_its_run_is_shown_but_not_counted():
     assert deepseek.idle_start_seconds == pytest.approx(2 * 19.39211 - duration)
     assert "19.39 s" in deepseek.held_out and "22.07 s" in deepseek.held_out and "16.72 s" in deepseek.held_out
     assert not any(counted(m) for m in held.values())
-    assert all(m.idle_start_seconds <= 0.5 * m.num_prompts * m.output_tokens / m.output_tokens_per_second
-               for m in COUNTED if m.idle_start_seconds is not None)
+    idle_shares = [m.idle_start_seconds / (m.num_prompts * m.output_tokens / m.output_tokens_per_second)
+                   for m in COUNTED if m.idle_start_seconds is not None]
+    assert len(idle_shares) > 50 and max(idle_shares) == pytest.approx(0.444, abs=1e-3)
     assert {row.measurement.id for row in comparisons()} >= set(held)
 
 

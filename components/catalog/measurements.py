@@ -3,7 +3,9 @@
 `serving_measurements.json` holds points read from benchmark pages, each with its source (publisher,
 document and the quote its numbers come from). The throughput model is of vLLM: it is fitted to and
 judged on the vLLM points; TensorRT-LLM, NIM and SGLang points are kept as another engine family,
-compared and reported apart (inferstack.planning.accuracy); nothing here is computed.
+compared and reported apart (inferstack.planning.accuracy). Nothing here is modelled: the one figure computed is
+a wave's least idle start, from its own published figures, which holds out a wave that spent most of its run
+before its prefill's pace (`idle_start_seconds`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Measurement:
     output_tokens: int
     concurrency: int | None         # closed loop: requests in flight (offline runs: every prompt at once)
     request_rate: float | None      # open loop: requests per second
-    num_prompts: int | None         # the run's prompt count where stated (a wave when it equals the concurrency)
+    num_prompts: int | None         # the run's prompts (or its successful requests where only those are quoted)
     output_lengths: str             # 'fixed' (random dataset, --ignore-eos) or 'sharegpt' (the dataset's own lengths)
     # Engine limits the source states for a vLLM run; unstated (and for other engines, whose limits are not
     # vLLM's), the point runs at vLLM 0.33's defaults, as a vLLM service of that setup would.
@@ -65,11 +67,13 @@ class Measurement:
 
     @property
     def idle_start_seconds(self) -> float | None:
-        """The least time a wave spent before it served, from its published figures. Its requests get their first
-        tokens as their prompts are prefilled, and a step carries fewer prompt tokens as more sequences decode, so
-        first tokens come no less densely early than late: served from `idle` on, the mean first token comes no
-        later than half-way through the rest of the run, mean TTFT <= idle + (duration - idle) / 2, so
-        idle >= 2 x mean TTFT - duration, the duration being the prompts' output over the output tokens/s."""
+        """The least time a wave spent before the pace its prefill sets, from its published figures. Its requests
+        get their first tokens as their prompts are prefilled, and a step carries fewer prompt tokens as more
+        sequences decode, so an engine prefilling from the start gives first tokens no less densely early than late:
+        from `idle` on, the mean first token comes no later than half-way through the rest of the run, mean TTFT <=
+        idle + (duration - idle) / 2, so idle >= 2 x mean TTFT - duration, the duration being the prompts' output
+        over the output tokens/s. The figures cannot say what the engine did meanwhile: stood idle, ran slow first
+        steps (kernels compiled on first use) or computed while its first tokens waited to be sent."""
         if not self.wave or not self.ttft_ms or not self.output_tokens_per_second:
             return None
         duration = self.num_prompts * self.output_tokens / self.output_tokens_per_second
@@ -81,13 +85,13 @@ class Measurement:
         return self.engine.split()[0]
 
 
-# A wave idle for more than this share of its run measures its start (kernels compiled or caches filled on first
-# use), not the rate the engine serves at: it is shown, not counted.
+# A wave whose idle start (Measurement.idle_start_seconds) is more than this share of its run measures its start,
+# whatever held it, more than the pace it then served at: it is shown, not counted.
 IDLE_SHARE_HELD_OUT = 0.5
 
 
 def _idle_start(point: Measurement) -> str | None:
-    """Why a wave whose published figures show it idle for most of its run is held out, or None."""
+    """Why a wave whose published figures put most of its run before its prefill's pace is held out, or None."""
     idle = point.idle_start_seconds
     if idle is None:
         return None
@@ -95,9 +99,10 @@ def _idle_start(point: Measurement) -> str | None:
     if idle <= IDLE_SHARE_HELD_OUT * duration:
         return None
     return (f"a wave of {point.num_prompts} prompts whose mean TTFT ({point.ttft_ms / 1000:.2f} s) is "
-            f"{point.ttft_ms / 1000 / duration:.0%} of its {duration:.2f} s run: it gave no request its first token for at least "
-            f"{idle:.2f} s (2 x mean TTFT - duration, Measurement.idle_start_seconds), more than half the run, so "
-            "it measures its start, not its serving rate")
+            f"{point.ttft_ms / 1000 / duration:.0%} of its {duration:.2f} s run: at least {idle:.2f} s of it (2 x mean "
+            "TTFT - duration, Measurement.idle_start_seconds) passed before the pace its prefill sets its first "
+            "tokens, more than half the run; the source does not say why (an idle or slow start, or first tokens "
+            "sent late), and the run measures that start more than the rate it then served at")
 
 
 def _measurement(raw: Mapping[str, Any]) -> Measurement:

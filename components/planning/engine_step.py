@@ -8,8 +8,7 @@ left of `max_num_batched_tokens` on prompt chunks (chunked prefill). A step's ti
     routed experts  (mixture-of-experts) max(bytes of the experts the step's tokens touch / bandwidth,
                         the tokens each expert gets, padded to the kernel's tile, x 2 x its parameters /
                         the grouped GEMM's throughput); under expert parallelism the busiest GPU's share
-    decode attention  max(decoding sequences x the KV bytes each keeps at its mean context / bandwidth
-                        (a sliding-window layer its window),
+    decode attention  max(decoding sequences x the KV bytes each reads at its mean context / bandwidth,
                         the attention's FLOPs over that context / 16-bit throughput): MLA's latent
                         attention is compute-heavy where GQA's is a read
     prompt attention  4 x layers x heads x head_dim x prompt tokens x context they attend / 16-bit throughput
@@ -18,9 +17,14 @@ left of `max_num_batched_tokens` on prompt chunks (chunked prefill). A step's ti
     overhead        a time per scheduled sequence (scheduling, sampling, output) and, for MoE and MLA
                     layers, a fixed time per layer (routing, the latent projections' extra kernels)
 
-all per device: a replica's tensor-parallel ranks run their shards at once. The efficiencies and
-overheads are stated assumptions, fitted to published measurements (catalog/serving_measurements.json)
-by planning/calibrate.py; planning/accuracy.py reports the model's error on every one of them.
+all per device: a replica's tensor-parallel ranks run their shards at once. A decoding sequence reads only the
+KV its layers keep: at most its window on a sliding-window layer, its chunk on a chunked local-attention layer
+(Windowed). Attention FLOPs count the whole context on every layer: GPUStack's 32K-token gpt-oss prompts on
+A100 run no faster than that (charging the sliding layers their window alone makes the model 2.2x optimistic
+there).
+The efficiencies and overheads are stated assumptions, fitted to published measurements
+(catalog/serving_measurements.json) by planning/calibrate.py; planning/accuracy.py reports the model's error
+on every one of them.
 """
 
 from __future__ import annotations
@@ -322,17 +326,16 @@ class RoutedExperts:
 
 
 @dataclass(frozen=True)
-class KvLayout:
-    """What one device keeps of a running sequence's KV cache, per kind of attention layer: the bytes a token
-    costs there and the most tokens of the sequence it keeps (None: every one). vLLM frees the blocks that fall
-    before a sliding window or the current local-attention chunk as a sequence advances, so a long sequence
-    costs its windowed layers only their window (sizing.kv_layout)."""
+class Windowed:
+    """A per-token figure of one device summed over its kinds of attention layer, each counting at most its window of
+    a sequence's tokens (None: every one): the KV bytes a sequence keeps of the cache and a decode step reads. A
+    sliding-window layer keeps its window, a chunked local-attention one at most its chunk (sizing.kv_layout)."""
 
     kinds: tuple[tuple[float, int | None], ...]
 
-    def sequence_bytes(self, tokens: float) -> float:
-        """Bytes one running sequence of `tokens` tokens keeps on the device."""
-        return sum(per_token * (tokens if kept is None else min(tokens, kept)) for per_token, kept in self.kinds)
+    def over(self, tokens: float) -> float:
+        """The figure for a sequence of `tokens` tokens."""
+        return sum(per_token * (tokens if window is None else min(tokens, window)) for per_token, window in self.kinds)
 
 
 @dataclass(frozen=True)
@@ -340,7 +343,7 @@ class Shard:
     """What one device of a replica holds and computes, per token, for the step model."""
 
     weights_bytes: int                          # everything on the device, routed experts included
-    kv: KvLayout                                # what a decoding sequence reads of its KV cache each step
+    kv: Windowed                                # KV bytes a decoding sequence reads each step, by its context
     linear_flops_per_token: float              # 2 x the device's share of the dense (non-routed) parameters
     attention_flops_per_token_and_context: float   # prompt attention: 4 x its layers x its query heads x head_dim
     kernel: KernelFamily                        # the dense layers' kernel
@@ -404,10 +407,9 @@ def step_time(
             device.peak(routed.peak) * constants.moe_compute_share[routed.family]
         )
         experts = max(expert_read, expert_compute) + routed.moe_layers * constants.moe_layer_overhead_seconds
-    context = decoding * mean_context
     kv = max(
-        decoding * shard.kv.sequence_bytes(mean_context) / (bandwidth * constants.kv_bandwidth_share),
-        context * shard.decode_attention_flops_per_token_and_context / (
+        decoding * shard.kv.over(mean_context) / (bandwidth * constants.kv_bandwidth_share),
+        decoding * mean_context * shard.decode_attention_flops_per_token_and_context / (
             device.peak_flops["bf16"] * constants.prompt_attention_share
         ),
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from inferstack.planning.engine_step import Device, Shard, StepConstants, StepTime, step_time
+from inferstack.planning.engine_step import Device, Shard, StepConstants, StepTime, Windowed, step_time
 
 
 BISECTION_STEPS = 30   # halvings of the search interval: 2^-30 of it, far below what any figure prints
@@ -63,8 +63,8 @@ class Engine:
     pipeline_parallel: int
     max_num_seqs: int
     max_num_batched_tokens: int
-    kv_tokens: int                      # what vLLM reports the cache holds: tokens of max_model_len sequences
-    kv_cache_bytes: int                 # one device's KV cache, which running sequences fill (shard.kv)
+    kv_cache_bytes: int                 # one device's KV cache, which running sequences fill
+    kept_kv: Windowed                   # what a running sequence keeps of it: its KV (at most a window) and a draft's
     constants: StepConstants            # the step model's efficiencies and overheads (engine_step.STATED)
 
 
@@ -101,17 +101,15 @@ class LoadPoint:
 
 def kv_share(engine: Engine, workload: Workload, running: float) -> float:
     """Share of the KV cache `running` sequences of the workload fill, the shared prefix held once."""
-    kv = engine.shard.kv
-    return (running * kv.sequence_bytes(workload.held_tokens) + kv.sequence_bytes(workload.cached_prefix_tokens)) / (
-        engine.kv_cache_bytes)
+    kept = engine.kept_kv
+    return (running * kept.over(workload.held_tokens) + kept.over(workload.cached_prefix_tokens)) / engine.kv_cache_bytes
 
 
 def admission_limit(engine: Engine, workload: Workload) -> tuple[float, str]:
     """Most sequences the replica runs at once, and which limit binds: the KV cache by the bytes each sequence keeps
     at its mean length (a windowed layer at most its window)."""
-    kv = engine.shard.kv
-    by_kv = max(0.0, engine.kv_cache_bytes - kv.sequence_bytes(workload.cached_prefix_tokens)) / kv.sequence_bytes(
-        workload.held_tokens)
+    kept = engine.kept_kv
+    by_kv = max(0.0, engine.kv_cache_bytes - kept.over(workload.cached_prefix_tokens)) / kept.over(workload.held_tokens)
     if engine.max_num_seqs <= by_kv:
         return float(engine.max_num_seqs), "max_num_seqs"
     return by_kv, "kv_cache"

@@ -19,6 +19,7 @@ from inferstack.planning.load import (
 )
 from inferstack.planning.quantization import dense_kernel_family, moe_kernel, served_format
 from inferstack.planning.sizing import (
+    GIB,
     expert_weights_bytes,
     experts_per_device,
     fit,
@@ -77,7 +78,7 @@ def device_for(model: ModelServiceSpec, hardware: PoolHardware) -> Device:
 
 def attention_flops(model: ModelServiceSpec, layers: int) -> float:
     """FLOPs a token spends per token of context on one device in (GQA/MHA) attention: 2 x head_dim for the scores
-    and as many for the sum, per query head of the device."""
+    and as many for the sum, per query head of the device, on every layer, windowed or not (engine_step)."""
     arch = model.resolved_architecture
     return 4 * layers * arch.attention_heads / model.tensor_parallel * arch.head_dim
 
@@ -135,8 +136,8 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     shard = Shard(
         weights_bytes=sized.weights_bytes_per_device,
         kv=kv_layout(model),
-        linear_flops_per_token=2 * (active - routed_active) / (tp * pp),
         attention_flops_per_token_and_context=attention_flops(model, layers),
+        linear_flops_per_token=2 * (active - routed_active) / (tp * pp),
         kernel=KERNELS[dense_kernel_family(model, hardware.gpu)],
         layers=layers,
         hidden_size=arch.hidden_size,
@@ -149,8 +150,7 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(
         shard=shard, device=device_for(model, hardware), pipeline_parallel=pp, max_num_seqs=seqs,
-        max_num_batched_tokens=batched_tokens, kv_tokens=sized.rank_kv_tokens,
-        kv_cache_bytes=sized.kv_cache_bytes_per_device, constants=STATED,
+        max_num_batched_tokens=batched_tokens, kv_cache_bytes=sized.kv_cache_bytes_per_device, kept_kv=kv_layout(model, with_draft=True), constants=STATED,
     )
 
 
@@ -268,8 +268,9 @@ def service_estimate(
     cap, _ = admission_limit(engine, workload)
     if cap < 1:
         raise ValueError(
-            f"the KV cache holds {engine.kv_tokens} tokens, less than one {workload.held_tokens:.0f}-token request "
-            f"({traffic.mean_input_tokens} in + {traffic.mean_output_tokens} out)"
+            f"the KV cache holds {engine.kv_cache_bytes / GIB:.2f} GiB a GPU, less than one "
+            f"{workload.held_tokens:.0f}-token request ({traffic.mean_input_tokens} in + {traffic.mean_output_tokens} "
+            f"out) keeps: {engine.kept_kv.over(workload.held_tokens) / GIB:.2f} GiB"
         )
     ranks = model.data_parallel
     full = at_concurrency(engine, workload, cap)

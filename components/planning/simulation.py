@@ -54,6 +54,7 @@ from inferstack.planning.disaggregation import role_workload
 from inferstack.planning.load import Engine, Workload, admission_limit, at_concurrency, at_request_rate, kv_share
 from inferstack.planning.pool_capacity import nodes_for_replicas
 from inferstack.planning.scaling_thresholds import HPA_TOLERANCE
+from inferstack.planning.sizing import GIB
 from inferstack.spec import LatencySlo, ModelServiceSpec, SpecError
 from inferstack.spec.pools import PoolHardware
 
@@ -323,8 +324,8 @@ class _SteadyStates:
             engine, workload = self.setup.engine, self.workload(tokens)
             cap, _ = admission_limit(engine, workload)
             if cap < 1:
-                raise SpecError(f"models[{self.setup.name}]", f"the KV cache ({engine.kv_tokens} tokens) holds no "
-                                f"{tokens[0]}+{tokens[1]}-token request of the trace",
+                raise SpecError(f"models[{self.setup.name}]", f"the KV cache ({engine.kv_cache_bytes / GIB:.2f} GiB a "
+                                f"GPU) holds no {tokens[0]}+{tokens[1]}-token request of the trace",
                                 "shorten the trace's requests or give the service more KV cache")
             point = at_concurrency(engine, workload, cap)
             self.full[tokens] = point.requests_per_second * self.setup.model.data_parallel

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 from inferstack.planning import lora, speculative
 from inferstack.planning.creation_times import replica_parts
-from inferstack.planning.engine_step import KvLayout
+from inferstack.planning.engine_step import Windowed
 from inferstack.planning.parameters import DTYPE_BYTES, embedding_params, vocabulary
 from inferstack.planning.quantization import served_format
 from inferstack.planning.shard_blocks import block_problem
@@ -330,10 +330,11 @@ def kv_bytes_per_token_per_device(model: ModelServiceSpec, hardware: PoolHardwar
 
 def _kept_tokens(model: ModelServiceSpec, kind: str) -> int | None:
     """The most tokens of a running sequence a kind of layer keeps (None: all). vLLM frees every whole block before
-    `get_num_skipped_tokens` (SingleTypeKVCacheManager.remove_skipped_blocks, vllm/v1/core/single_type_kv_cache_manager.py):
-    max(0, computed - sliding_window + 1) for SlidingWindowManager, so its window's last sliding_window - 1 tokens
-    and the block the window starts in stay; the computed tokens rounded down to the chunk for
-    ChunkedLocalAttentionManager, so at most one chunk stays."""
+    `get_num_skipped_tokens` (SingleTypeKVCacheManager.remove_skipped_blocks,
+    vllm/v1/core/single_type_kv_cache_manager.py): max(0, computed - sliding_window + 1) for SlidingWindowManager,
+    so its window's last sliding_window - 1 tokens and the block the window starts in stay; the computed tokens
+    rounded down to the chunk for ChunkedLocalAttentionManager, so the current chunk stays, at most a whole one
+    (an upper bound: over a long sequence it averages half)."""
     arch = model.resolved_architecture
     if kind == "sliding-window":
         return arch.sliding_window - 1 + KV_BLOCK_TOKENS
@@ -342,20 +343,22 @@ def _kept_tokens(model: ModelServiceSpec, kind: str) -> int | None:
     return None
 
 
-def kv_layout(model: ModelServiceSpec) -> KvLayout:
-    """What one device keeps of a running sequence (engine_step.KvLayout), per kind of layer: its layers on the device
-    (the largest pipeline stage, each kind spread evenly, counted in vLLM's padded groups as `_layer_kinds`) x one
-    tensor rank's bytes per layer and token, and the tokens the kind keeps (`_kept_tokens`). This, not the
-    startup reservation of `kv_bytes_per_token_per_device`, is what running sequences fill: a windowed layer
-    holds a short sequence's tokens, and a long one's window. A speculative draft's KV is kept whole."""
+def kv_layout(model: ModelServiceSpec, *, with_draft: bool = False) -> Windowed:
+    """The KV bytes one device keeps of a running sequence, per kind of layer (engine_step.Windowed): its layers on
+    the device (the largest pipeline stage, each kind spread evenly, counted in vLLM's padded groups as
+    `_layer_kinds`) x one tensor rank's bytes per layer and token, each kind at most the tokens it keeps
+    (`_kept_tokens`). This, not the startup reservation of `kv_bytes_per_token_per_device` (one max_model_len
+    sequence with the in-flight tokens, spread over its length), is what running sequences fill and a decode step
+    reads. `with_draft`: also a speculative draft's KV, kept whole, which fills the cache but no target step
+    reads."""
     arch = model.resolved_architecture
     stage = Fraction(math.ceil(arch.layers / model.pipeline_parallel), arch.layers)
     per_layer = _per_layer_bytes(model, model.tensor_parallel)
     kinds = [(float(counted * stage * per_layer), _kept_tokens(model, kind)) for kind, _, counted in _layer_kinds(model)]
-    draft = speculative.draft_kv_bytes_per_token_per_device(model, _kv_width(model), per_layer)
+    draft = speculative.draft_kv_bytes_per_token_per_device(model, _kv_width(model), per_layer) if with_draft else 0
     if draft:
         kinds.append((float(draft), None))
-    return KvLayout(tuple(kinds))
+    return Windowed(tuple(kinds))
 
 
 def kv_formula(model: ModelServiceSpec) -> str:
