@@ -329,12 +329,13 @@ def kv_bytes_per_token_per_device(model: ModelServiceSpec, hardware: PoolHardwar
 
 
 def _kept_tokens(model: ModelServiceSpec, kind: str) -> int | None:
-    """The most tokens of a running sequence a kind of layer keeps (None: all). vLLM frees every whole block before
-    `get_num_skipped_tokens` (SingleTypeKVCacheManager.remove_skipped_blocks,
-    vllm/v1/core/single_type_kv_cache_manager.py): max(0, computed - sliding_window + 1) for SlidingWindowManager,
-    so its window's last sliding_window - 1 tokens and the block the window starts in stay; the computed tokens
-    rounded down to the chunk for ChunkedLocalAttentionManager, so the current chunk stays, at most a whole one
-    (an upper bound: over a long sequence it averages half)."""
+    """The most tokens of a running sequence a kind of layer keeps (None: all). vLLM 0.33.0 frees every whole block
+    before `get_num_skipped_tokens` (SingleTypeKVCacheManager.remove_skipped_blocks,
+    v1/core/single_type_kv_cache_manager.py:682-715): max(0, computed - sliding_window + 1) for
+    SlidingWindowManager (:1148-1183, less the tokens multi-module speculative decoding retains), so its window's
+    last sliding_window - 1 tokens and the block the window starts in stay; the computed tokens rounded down to the
+    chunk for ChunkedLocalAttentionManager (:1381-1425), so the current chunk stays, at most a whole one (an upper
+    bound: over a long sequence it averages half)."""
     arch = model.resolved_architecture
     if kind == "sliding-window":
         return arch.sliding_window - 1 + KV_BLOCK_TOKENS
