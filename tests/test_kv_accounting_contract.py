@@ -372,3 +372,14 @@ def test_kv_share_is_the_running_sequences_and_the_prefix_over_the_cache():
     workload = Workload(1000, 200, cached_prefix_tokens=400)
     per_token = 32 * 2 * 8 * 128 * 2
     assert kv_share(engine, workload, 10) == pytest.approx((10 * per_token * 700 + per_token * 400) / engine.kv_cache_bytes)
+
+
+def test_a_device_keeps_its_stage_and_its_rank_of_each_running_sequence():
+    """MLA caches one latent and RoPE key a layer on every tensor rank (MLACommonBackend.get_kv_cache_shape), so
+    DeepSeek-R1 at pipeline 2 keeps 31 of its 61 layers x 576 values x 2 bytes a token on each GPU; GQA with fewer
+    KV heads than ranks replicates them, so Qwen3-235B's 4 heads at TP 8 keep one head a GPU on all 94 layers."""
+    deepseek = ModelServiceSpec(name="m", model="deepseek-ai/DeepSeek-R1", pool="p", tensor_parallel=8,
+                                pipeline_parallel=2, max_model_len=8192)
+    assert kv_layout(deepseek).kinds == ((31 * (512 + 64) * 2, None),)
+    qwen = ModelServiceSpec(name="m", model="Qwen/Qwen3-235B-A22B", pool="p", tensor_parallel=8, max_model_len=8192)
+    assert kv_layout(qwen).kinds == ((94 * 2 * 1 * 128 * 2, None),)
