@@ -133,8 +133,7 @@ def test_a_wave_idle_for_more_than_half_its_run_is_shown_but_not_counted():
     assert deepseek.idle_start_seconds == pytest.approx(2 * 19.39211 - duration)
     assert "19.39 s" in deepseek.held_out and "22.07 s" in deepseek.held_out and "16.72 s" in deepseek.held_out
     assert not any(counted(m) for m in held.values())
-    idle_shares = [m.idle_start_seconds / (m.num_prompts * m.output_tokens / m.output_tokens_per_second)
-                   for m in COUNTED if m.idle_start_seconds is not None]
+    idle_shares = [m.idle_start_seconds / m.wave_seconds for m in COUNTED if m.idle_start_seconds is not None]
     assert len(idle_shares) > 50 and max(idle_shares) == pytest.approx(0.444, abs=1e-3)
     assert {row.measurement.id for row in comparisons()} >= set(held)
 

@@ -71,13 +71,20 @@ class Measurement:
         get their first tokens as their prompts are prefilled, and a step carries fewer prompt tokens as more
         sequences decode, so an engine prefilling from the start gives first tokens no less densely early than late:
         from `idle` on, the mean first token comes no later than half-way through the rest of the run, mean TTFT <=
-        idle + (duration - idle) / 2, so idle >= 2 x mean TTFT - duration, the duration being the prompts' output
-        over the output tokens/s. The figures cannot say what the engine did meanwhile: stood idle, ran slow first
-        steps (kernels compiled on first use) or computed while its first tokens waited to be sent."""
-        if not self.wave or not self.ttft_ms or not self.output_tokens_per_second:
+        idle + (duration - idle) / 2, so idle >= 2 x mean TTFT - duration (`wave_seconds`). The figures cannot say
+        what the engine did meanwhile: stood idle, ran slow first steps (kernels compiled on first use) or computed
+        while its first tokens waited to be sent."""
+        duration = self.wave_seconds
+        if duration is None or not self.ttft_ms:
             return None
-        duration = self.num_prompts * self.output_tokens / self.output_tokens_per_second
         return max(0.0, 2 * self.ttft_ms / 1000 - duration)
+
+    @property
+    def wave_seconds(self) -> float | None:
+        """A wave's duration: its prompts' output over the output tokens/s (None for other runs)."""
+        if not self.wave or not self.output_tokens_per_second:
+            return None
+        return self.num_prompts * self.output_tokens / self.output_tokens_per_second
 
     @property
     def engine_family(self) -> str:
@@ -92,11 +99,8 @@ IDLE_SHARE_HELD_OUT = 0.5
 
 def _idle_start(point: Measurement) -> str | None:
     """Why a wave whose published figures put most of its run before its prefill's pace is held out, or None."""
-    idle = point.idle_start_seconds
-    if idle is None:
-        return None
-    duration = point.num_prompts * point.output_tokens / point.output_tokens_per_second
-    if idle <= IDLE_SHARE_HELD_OUT * duration:
+    idle, duration = point.idle_start_seconds, point.wave_seconds
+    if idle is None or idle <= IDLE_SHARE_HELD_OUT * duration:
         return None
     return (f"a wave of {point.num_prompts} prompts whose mean TTFT ({point.ttft_ms / 1000:.2f} s) is "
             f"{point.ttft_ms / 1000 / duration:.0%} of its {duration:.2f} s run: at least {idle:.2f} s of it (2 x mean "

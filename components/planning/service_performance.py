@@ -136,8 +136,8 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     shard = Shard(
         weights_bytes=sized.weights_bytes_per_device,
         kv=kv_layout(model),
-        attention_flops_per_token_and_context=attention_flops(model, layers),
         linear_flops_per_token=2 * (active - routed_active) / (tp * pp),
+        attention_flops_per_token_and_context=attention_flops(model, layers),
         kernel=KERNELS[dense_kernel_family(model, hardware.gpu)],
         layers=layers,
         hidden_size=arch.hidden_size,
@@ -150,7 +150,8 @@ def engine_for(model: ModelServiceSpec, hardware: PoolHardware) -> Engine:
     batched_tokens, seqs = scheduler_defaults(model, hardware)
     return Engine(
         shard=shard, device=device_for(model, hardware), pipeline_parallel=pp, max_num_seqs=seqs,
-        max_num_batched_tokens=batched_tokens, kv_cache_bytes=sized.kv_cache_bytes_per_device, kept_kv=kv_layout(model, with_draft=True), constants=STATED,
+        max_num_batched_tokens=batched_tokens, kv_cache_bytes=sized.kv_cache_bytes_per_device,
+        kept_kv=kv_layout(model, with_draft=True), constants=STATED,
     )
 
 
